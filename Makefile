@@ -1,0 +1,31 @@
+# Two entry points on a fresh machine: `make demo` and `make test` (both create the venv if needed).
+PYTHON ?= python3.11
+VENV ?= .venv
+BIN := $(VENV)/bin
+STAMP := $(VENV)/.installed
+
+.PHONY: demo test test-fast lint install clean
+
+$(STAMP): pyproject.toml
+	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
+	# torch first and pinned, so that nothing resolves a CUDA build
+	$(BIN)/pip install --quiet torch==2.13.0
+	$(BIN)/pip install --quiet -e '.[dev]'
+	touch $(STAMP)
+
+install: $(STAMP)
+
+demo: $(STAMP)
+	$(BIN)/edgeprune fit --device host --max-mb 30
+
+test: $(STAMP)
+	$(BIN)/python -m pytest -q -rs
+
+test-fast: $(STAMP)
+	$(BIN)/python -m pytest -q -m "not integration"
+
+lint: $(STAMP)
+	$(BIN)/ruff check edgeprune tests benchmarks
+
+clean:
+	rm -rf $(VENV) runs

@@ -1,0 +1,29 @@
+"""Errors that the CLI turns into one clean line and a distinct exit code."""
+
+
+class EdgepruneError(Exception):
+    """Base class for errors edgeprune reports to users."""
+
+    exit_code = 1
+
+
+class UserInputError(EdgepruneError, ValueError):
+    """Bad input from the user: a flag, a path, a profile. Exit code 2."""
+
+    exit_code = 2
+
+
+class BudgetNotMetError(EdgepruneError):
+    """No candidate met the budget; carries the closest result. Exit code 3."""
+
+    exit_code = 3
+
+    def __init__(self, message: str, result: object = None) -> None:
+        super().__init__(message)
+        self.result = result
+
+
+class VerificationError(EdgepruneError):
+    """An exported artifact disagreed with its PyTorch source beyond the recipe's tolerance."""
+
+    exit_code = 4

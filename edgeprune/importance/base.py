@@ -1,0 +1,58 @@
+"""Head importance: the value a criterion produces and the interface criteria implement."""
+
+from abc import ABC, abstractmethod
+from collections.abc import Callable, Iterable, Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+import torch
+from torch import nn
+
+Batch = Mapping[str, torch.Tensor]
+LossFn = Callable[[nn.Module, Batch], torch.Tensor]
+
+
+@dataclass
+class HeadScores:
+    """[layers, heads] importance, higher = more important, indexed by the dense model's heads.
+
+    Heads already removed from the model score NaN.
+    """
+
+    scores: np.ndarray
+    criterion: str
+    num_examples: int
+    normalized_per_layer: bool = False
+    extra: dict[str, Any] = field(default_factory=dict)
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "scores": [[None if np.isnan(v) else float(v) for v in row] for row in self.scores],
+            "criterion": self.criterion,
+            "num_examples": self.num_examples,
+            "normalized_per_layer": self.normalized_per_layer,
+            "extra": self.extra,
+        }
+
+    @classmethod
+    def from_dict(cls, data: Mapping[str, Any]) -> "HeadScores":
+        scores = np.array([[np.nan if v is None else v for v in row] for row in data["scores"]], dtype=np.float64)
+        return cls(scores, data["criterion"], data["num_examples"], data.get("normalized_per_layer", False),
+                   dict(data.get("extra", {})))
+
+    def normalize_per_layer(self) -> "HeadScores":
+        """Divide each layer's scores by their L2 norm (Michel et al., 2019, section 4.2)."""
+        norms = np.sqrt(np.nansum(self.scores**2, axis=1, keepdims=True))
+        normalized = self.scores / np.where(norms > 0, norms, 1.0)
+        return HeadScores(normalized, self.criterion, self.num_examples, True, dict(self.extra))
+
+
+class HeadCriterion(ABC):
+    """Scores each head of a model on data. Subclasses cite the paper they implement."""
+
+    name: str = ""
+
+    @abstractmethod
+    def score(self, model: nn.Module, batches: Iterable[Batch], loss_fn: LossFn) -> HeadScores:
+        ...

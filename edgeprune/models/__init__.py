@@ -1,0 +1,26 @@
+"""Architecture adapters: one per family, found by `adapter_for(model)`."""
+
+from torch import nn
+
+from edgeprune.errors import UserInputError
+from edgeprune.models.base import AttentionBlock, ModelAdapter
+from edgeprune.models.bert import BertAdapter
+from edgeprune.registry import Registry
+
+ADAPTERS: Registry[type[ModelAdapter]] = Registry("model family")
+ADAPTERS.register("bert")(BertAdapter)
+
+
+def adapter_for(model: nn.Module) -> ModelAdapter:
+    for name in ADAPTERS:
+        adapter_cls = ADAPTERS.get(name)
+        if adapter_cls.matches(model):
+            return adapter_cls()
+    raise UserInputError(
+        f"{type(model).__name__} is not a supported architecture; supported families: "
+        f"{', '.join(ADAPTERS.names())}. Add one by subclassing edgeprune.models.ModelAdapter "
+        "and registering it in edgeprune.models.ADAPTERS"
+    )
+
+
+__all__ = ["ADAPTERS", "AttentionBlock", "ModelAdapter", "adapter_for"]

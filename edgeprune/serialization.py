@@ -1,0 +1,77 @@
+"""JSON round-trip for the dataclasses users save (plans, recipes, results)."""
+
+import dataclasses
+import json
+import os
+import tempfile
+import types
+import typing
+from pathlib import Path
+from typing import Any, TypeVar
+
+T = TypeVar("T")
+
+
+def to_jsonable(value: Any) -> Any:
+    if dataclasses.is_dataclass(value) and not isinstance(value, type):
+        return {f.name: to_jsonable(getattr(value, f.name)) for f in dataclasses.fields(value)}
+    if isinstance(value, dict):
+        return {str(k): to_jsonable(v) for k, v in value.items()}
+    if isinstance(value, list | tuple):
+        return [to_jsonable(v) for v in value]
+    if isinstance(value, Path):
+        return str(value)
+    return value
+
+
+def from_jsonable(cls: type[T], data: Any) -> T:
+    """Build `cls` from what `to_jsonable` produced, following the type hints."""
+    return _convert(cls, data)
+
+
+def _convert(hint: Any, data: Any) -> Any:
+    if data is None:
+        return None
+    origin = typing.get_origin(hint)
+    if origin in (typing.Union, types.UnionType):
+        options = [a for a in typing.get_args(hint) if a is not type(None)]
+        return _convert(options[0], data) if len(options) == 1 else data
+    if dataclasses.is_dataclass(hint):
+        hints = typing.get_type_hints(hint)
+        known = {f.name for f in dataclasses.fields(hint)}
+        unknown = set(data) - known
+        if unknown:
+            raise ValueError(f"{hint.__name__}: unknown fields {sorted(unknown)}; known: {sorted(known)}")
+        return hint(**{k: _convert(hints[k], v) for k, v in data.items()})
+    if origin is list:
+        (item,) = typing.get_args(hint)
+        return [_convert(item, v) for v in data]
+    if origin is tuple:
+        return tuple(data)
+    if origin is dict:
+        key_type, value_type = typing.get_args(hint)
+        return {key_type(k): _convert(value_type, v) for k, v in data.items()}
+    if hint is Path:
+        return Path(data)
+    return data
+
+
+def write_json_atomic(path: Path, payload: Any) -> None:
+    write_text_atomic(path, json.dumps(to_jsonable(payload), indent=2) + "\n")
+
+
+def write_text_atomic(path: Path, text: str) -> None:
+    write_bytes_atomic(path, text.encode())
+
+
+def write_bytes_atomic(path: Path, data: bytes) -> None:
+    """Write to a temporary file in the same folder, then rename: readers never see half a file."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
+    try:
+        with os.fdopen(fd, "wb") as handle:
+            handle.write(data)
+        os.replace(tmp, path)
+    except BaseException:
+        Path(tmp).unlink(missing_ok=True)
+        raise
