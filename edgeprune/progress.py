@@ -2,7 +2,7 @@
 
 import sys
 import time
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator, Mapping, Sized
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from typing import TextIO
@@ -15,6 +15,12 @@ class Bar:
     total: int
     done: int = 0
     last_print: float = 0.0
+
+    def track(self, batches: Iterable[Mapping[str, Sized]]) -> Iterator[Mapping[str, Sized]]:
+        """Pass batches through, advancing by each batch's size."""
+        for batch in batches:
+            yield batch
+            self.advance(len(next(iter(batch.values()))))
 
     def advance(self, count: int = 1) -> None:
         self.done += count

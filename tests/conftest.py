@@ -42,3 +42,37 @@ def tiny_bert_dir(tmp_path_factory) -> Path:
 @pytest.fixture(autouse=True)
 def isolated_cache(tmp_path, monkeypatch):
     monkeypatch.setenv("EDGEPRUNE_CACHE", str(tmp_path / "cache"))
+
+
+def small_vocab_tokenizer_files(folder: Path, words: int = 2000) -> int:
+    """Write a BERT tokenizer whose vocabulary is MiniLM's specials plus its first common word pieces.
+
+    A small vocabulary keeps the embedding table small, so head removal dominates the file size.
+    Returns the vocabulary size.
+    """
+    from transformers import BertTokenizerFast
+
+    lines = (minilm_model_path() / "vocab.txt").read_text().splitlines()
+    vocab = lines[:104] + lines[1996:1996 + words]  # [PAD], [unused], [UNK], [CLS], [SEP], [MASK]; then words
+    vocab_file = folder / "vocab.txt"
+    vocab_file.write_text("\n".join(vocab) + "\n")
+    BertTokenizerFast(vocab_file=str(vocab_file), do_lower_case=True).save_pretrained(folder)
+    return len(vocab)
+
+
+@pytest.fixture(scope="session")
+def small_bert_dir(tmp_path_factory) -> Path:
+    """A small random BERT (wide heads, small vocabulary) in a Hugging Face folder with its tokenizer."""
+    folder = tmp_path_factory.mktemp("small-bert")
+    vocab_size = small_vocab_tokenizer_files(folder)
+    tiny_bert(seed=1, vocab_size=vocab_size, hidden_size=128, num_hidden_layers=2, num_attention_heads=4,
+              intermediate_size=128, max_position_embeddings=64).save_pretrained(folder)
+    return folder
+
+
+@pytest.fixture(scope="session")
+def bbc_sample():
+    """Every fifth BBC News article (445), in a fixed order: enough for all three splits."""
+    from edgeprune.data import load_bbc_news
+
+    return load_bbc_news()[::5]

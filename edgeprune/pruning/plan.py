@@ -22,7 +22,8 @@ class PruningPlan:
             if not kept:
                 raise UserInputError(f"plan keeps no head in layer {layer}; every layer needs at least one")
             if any(h < 0 or h >= total for h in kept) or len(set(kept)) != len(kept):
-                raise UserInputError(f"plan layer {layer}: kept heads {kept} must be distinct indices in 0..{total - 1}")
+                raise UserInputError(
+                    f"plan layer {layer}: kept heads {kept} must be distinct indices in 0..{total - 1}")
 
     @property
     def removed_heads(self) -> dict[int, list[int]]:

@@ -12,7 +12,8 @@ class Budget:
 
     def __post_init__(self) -> None:
         if self.max_mb is not None:
-            if isinstance(self.max_mb, bool) or not isinstance(self.max_mb, int | float) or not math.isfinite(self.max_mb):
+            is_number = isinstance(self.max_mb, int | float) and not isinstance(self.max_mb, bool)
+            if not is_number or not math.isfinite(self.max_mb):
                 raise UserInputError(f"max_mb must be a positive number of megabytes, got {self.max_mb!r}")
             if self.max_mb <= 0:
                 raise UserInputError(f"max_mb must be positive, got {self.max_mb}")

@@ -152,9 +152,9 @@ def fit(
                       f"split sizes {task.splits.sizes()}")
 
         mark = time.perf_counter()
-        with progress.task(f"scoring heads ({options.criterion})", options.scoring_examples):
-            raw_scores = score_heads(teacher.model, task.batches("calibration", options.scoring_batch_size,
-                                                                  limit=options.scoring_examples), options.criterion)
+        batches = task.batches("calibration", options.scoring_batch_size, limit=options.scoring_examples)
+        with progress.task(f"scoring heads ({options.criterion})", options.scoring_examples) as bar:
+            raw_scores = score_heads(teacher.model, bar.track(batches), options.criterion)
         scores = raw_scores.normalize_per_layer()
         timings["scoring"] = time.perf_counter() - mark
 

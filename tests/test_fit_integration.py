@@ -1,0 +1,71 @@
+"""`edgeprune fit` end to end through the real ExecuTorch runtime, on a small random BERT."""
+
+import json
+
+import pytest
+import torch
+
+from edgeprune.cli import main
+from edgeprune.export import ExecutorchProgram
+from edgeprune.quantize import RECIPES
+from edgeprune.quantize.size_model import payload_bytes
+
+pytestmark = pytest.mark.integration
+
+FAST = ["--max-length", "32", "--scoring-examples", "32", "--quiet"]
+
+
+def _predicted_payload(model_dir, heads_removed_per_layer):
+    from transformers import AutoModel
+
+    from edgeprune.models.classifier import EncoderClassifier
+    from edgeprune.pruning import prune_heads
+
+    encoder = AutoModel.from_pretrained(model_dir, add_pooling_layer=False)
+    prune_heads(encoder, {layer: list(range(heads_removed_per_layer)) for layer in range(2)})
+    return payload_bytes(EncoderClassifier(encoder, torch.nn.Linear(128, 5)), RECIPES.get("int8"))
+
+
+def test_fit_removes_heads_until_the_artifact_fits(small_bert_dir, tmp_path, capsys):
+    dense, most_pruned = _predicted_payload(small_bert_dir, 0), _predicted_payload(small_bert_dir, 3)
+    budget_mb = (dense + most_pruned) / 2 / 1e6  # int8 alone is not enough; removing every head is not needed
+    out = tmp_path / "fit"
+    code = main(["fit", "--model", str(small_bert_dir), "--device", "host", "--max-mb", f"{budget_mb:.6f}",
+                 "--out", str(out), "--json", *FAST])
+    printed = json.loads(capsys.readouterr().out)
+    assert code == 0, printed["message"]
+    assert sorted(p.name for p in out.iterdir()) == ["dense-fp32.pte", "model.pte", "report.md", "result.json"]
+    assert not list(tmp_path.glob(".fit.partial-*"))
+    result = json.loads((out / "result.json").read_text())
+    assert result == printed and result["status"] == "fit"
+    fitted = result["fitted"]
+    assert fitted["file_bytes"] == (out / "model.pte").stat().st_size <= budget_mb * 1e6
+    assert 0 < fitted["plan"]["heads_removed"] < 6 and fitted["recipe"] == "int8"
+    assert all(len(kept) >= 1 for kept in fitted["plan"]["kept_heads"])
+    # minimal: one step less pruning with int8 either was exported and over budget or could not fit
+    removed = fitted["plan"]["heads_removed"]
+    fewer = [t for t in result["trials"] if t["recipe"] == "int8" and t["heads_removed"] < removed]
+    assert fewer and all(t["fits"] in (False, None) for t in fewer)
+    for artifact in (result["dense"], fitted):
+        bench = artifact["benchmark"]
+        assert bench["timed_runs"] >= 20 and len(bench["latency_ms"]) == bench["timed_runs"]
+        assert 0 < bench["p50_ms"] <= bench["p90_ms"] and bench["peak_rss_mb"] > 0 and bench["threads"] == 2
+        assert 0.0 <= artifact["test_accuracy"] <= 1.0
+    assert result["reproduce"]["kept_heads"] == fitted["plan"]["kept_heads"]
+    report = (out / "report.md").read_text()
+    assert "latency p50" in report and "test accuracy through ExecuTorch" in report
+    # the artifact on disk runs and gives the logits and the embedding
+    logits, embedding = ExecutorchProgram(out / "model.pte")(torch.ones(1, 32, dtype=torch.long) * 2000,
+                                                              torch.ones(1, 32, dtype=torch.long))
+    assert logits.shape == (1, 5) and embedding.shape == (1, 128)
+
+
+def test_fit_that_cannot_fit_exits_3_with_the_closest_result(small_bert_dir, tmp_path, capsys):
+    out = tmp_path / "tight"
+    code = main(["fit", "--model", str(small_bert_dir), "--max-mb", "0.05", "--out", str(out), *FAST])
+    captured = capsys.readouterr()
+    assert code == 3
+    assert "cannot fit 0.05 MB" in captured.out
+    result = json.loads((out / "result.json").read_text())
+    assert result["status"] == "budget_not_met" and result["fitted"]["label"] == "closest"
+    assert result["fitted"]["plan"]["heads_removed"] == 6 and result["fitted"]["recipe"] == "int8"

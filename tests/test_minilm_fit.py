@@ -1,0 +1,22 @@
+"""The bundled default on the real MiniLM: `edgeprune fit --device host --max-mb 30` (the demo job)."""
+
+import json
+
+import pytest
+
+from edgeprune.cli import main
+
+pytestmark = pytest.mark.integration
+
+
+def test_minilm_bbc_fits_30_mb_within_two_points_of_the_dense_teacher(tmp_path, capsys):
+    out = tmp_path / "minilm"
+    code = main(["fit", "--device", "host", "--max-mb", "30", "--out", str(out), "--quiet"])
+    assert code == 0, capsys.readouterr()
+    result = json.loads((out / "result.json").read_text())
+    fitted, dense = result["fitted"], result["dense"]
+    assert fitted["file_bytes"] <= 30e6 < dense["file_bytes"]
+    assert fitted["verification"]["min_cosine"] >= 0.999
+    assert result["task"]["split_sizes"]["test"] >= 600
+    assert dense["test_accuracy"] - fitted["test_accuracy"] <= 0.02
+    assert abs(dense["test_accuracy"] - result["teacher_test_accuracy"]) <= 0.005  # fp32 export = PyTorch
