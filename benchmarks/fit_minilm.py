@@ -28,7 +28,6 @@ def main() -> int:
     parser.add_argument("--runs", type=int, default=40, help="timed runs per artifact")
     args = parser.parse_args()
     budgets = args.max_mb or [30.0]
-    os.environ.setdefault("OMP_NUM_THREADS", "1")
     rows, records = [], []
     for max_mb in budgets:
         out = args.out / f"fit_minilm-{max_mb:g}mb"

@@ -7,30 +7,34 @@ import torch
 
 from edgeprune.cli import main
 from edgeprune.export import ExecutorchProgram
-from edgeprune.quantize import RECIPES
-from edgeprune.quantize.size_model import payload_bytes
 
 pytestmark = pytest.mark.integration
 
 FAST = ["--max-length", "32", "--scoring-examples", "32", "--quiet"]
 
 
-def _predicted_payload(model_dir, heads_removed_per_layer):
+def _int8_file_bytes(model_dir, heads_removed_per_layer, tmp_path):
+    """The real size of an int8 export of the task's model with that many heads gone per layer."""
     from transformers import AutoModel
 
+    from edgeprune.export import export_executorch
     from edgeprune.models.classifier import EncoderClassifier
     from edgeprune.pruning import prune_heads
+    from edgeprune.quantize import quantize
 
     encoder = AutoModel.from_pretrained(model_dir, add_pooling_layer=False)
     prune_heads(encoder, {layer: list(range(heads_removed_per_layer)) for layer in range(2)})
-    return payload_bytes(EncoderClassifier(encoder, torch.nn.Linear(128, 5)), RECIPES.get("int8"))
+    model = quantize(EncoderClassifier(encoder, torch.nn.Linear(128, 5)).eval(), "int8")
+    inputs = (torch.ones(1, 32, dtype=torch.long), torch.ones(1, 32, dtype=torch.long))
+    return export_executorch(model, inputs, tmp_path / "probe.pte").size_bytes
 
 
 def test_fit_removes_heads_until_the_artifact_fits(small_bert_dir, tmp_path, capsys):
-    dense, most_pruned = _predicted_payload(small_bert_dir, 0), _predicted_payload(small_bert_dir, 3)
-    budget_mb = (dense + most_pruned) / 2 / 1e6  # int8 alone is not enough; removing every head is not needed
+    # exactly the size with 4 of 8 heads gone (head sizes are equal): int8 alone is not enough,
+    # and the best-quality fit removes 4 heads, not more
+    budget_mb = _int8_file_bytes(small_bert_dir, 2, tmp_path) / 1e6
     out = tmp_path / "fit"
-    code = main(["fit", "--model", str(small_bert_dir), "--device", "host", "--max-mb", f"{budget_mb:.6f}",
+    code = main(["fit", "--model", str(small_bert_dir), "--device", "host", "--max-mb", f"{budget_mb:.7f}",
                  "--out", str(out), "--json", *FAST])
     printed = json.loads(capsys.readouterr().out)
     assert code == 0, printed["message"]
@@ -40,7 +44,7 @@ def test_fit_removes_heads_until_the_artifact_fits(small_bert_dir, tmp_path, cap
     assert result == printed and result["status"] == "fit"
     fitted = result["fitted"]
     assert fitted["file_bytes"] == (out / "model.pte").stat().st_size <= budget_mb * 1e6
-    assert 0 < fitted["plan"]["heads_removed"] < 6 and fitted["recipe"] == "int8"
+    assert fitted["plan"]["heads_removed"] == 4 and fitted["recipe"] == "int8"
     assert all(len(kept) >= 1 for kept in fitted["plan"]["kept_heads"])
     # minimal: one step less pruning with int8 either was exported and over budget or could not fit
     removed = fitted["plan"]["heads_removed"]

@@ -23,6 +23,12 @@ def _bench(artifact: BuiltArtifact, field: str, fmt: str) -> str:
     return fmt.format(getattr(artifact.benchmark, field))
 
 
+def _added_memory(artifact: BuiltArtifact) -> str:
+    if artifact.benchmark is None:
+        return "not measured"
+    return f"{artifact.benchmark.peak_rss_mb - artifact.benchmark.rss_before_load_mb:.0f} MB"
+
+
 def render_markdown(result: FitResult) -> str:
     dense, fitted = result.dense, result.fitted
     bench = fitted.benchmark or dense.benchmark
@@ -49,6 +55,7 @@ def render_markdown(result: FitResult) -> str:
              _bench(fitted, "peak_rss_mb", "{:.0f} MB")),
         _row("RSS before load (measured)", _bench(dense, "rss_before_load_mb", "{:.0f} MB"),
              _bench(fitted, "rss_before_load_mb", "{:.0f} MB")),
+        _row("memory the artifact adds (peak − before load)", _added_memory(dense), _added_memory(fitted)),
         _row("test accuracy through ExecuTorch (measured)", _pct(dense.test_accuracy), _pct(fitted.test_accuracy)),
         _row("cosine to its PyTorch source (worst of "
              f"{fitted.verification.num_inputs})", f"{dense.verification.min_cosine:.6f}",

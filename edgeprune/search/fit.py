@@ -1,9 +1,10 @@
 """`fit`: score heads once, then search recipe × heads removed until the artifact fits the budget.
 
-Policy (walking skeleton): recipes are tried from highest fidelity to smallest; within a recipe, the
-fewest heads are removed that the size model says can fit, and pruning grows one step at a time
-until the real file fits. The first candidate that fits is the best-quality one on this ladder,
-because within a recipe fewer removed heads keep more of the model.
+Policy (walking skeleton): recipes are tried from highest fidelity to smallest; within a recipe,
+the size model proposes the fewest heads removed that can fit, a real export settles it, and the
+search narrows between the largest count known over budget and the smallest known to fit. The
+first recipe with a fitting candidate wins: within a recipe, fewer removed heads keep more of the
+model, and the ladder is ordered by fidelity.
 """
 
 import copy
@@ -242,8 +243,9 @@ def _search(builder: _Builder, blocks: list, budget: Budget, options: FitOptions
         for count in counts:
             if (recipe.name, count) not in built and (known_fit is None or count < known_fit):
                 predicted = builder.predict(builder.plan(count), recipe)
-                trials.append(Trial(recipe.name, count, predicted, note="skipped: cannot fit (size model or a "
-                                    "larger count already over budget)"))
+                reason = ("a candidate with more heads removed was already over budget" if count < known_over
+                          else "the size model predicts it is over budget")
+                trials.append(Trial(recipe.name, count, predicted, note=f"skipped: {reason}"))
         if known_fit is not None:
             return _choose(built[(recipe.name, known_fit)], builder.work), trials
         predicted_min = builder.predict(builder.plan(counts[-1]), recipe)
