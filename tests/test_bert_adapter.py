@@ -8,7 +8,7 @@ import torch
 from edgeprune import PruningPlan, apply_plan, prune_heads
 from edgeprune.errors import UserInputError
 from edgeprune.models import adapter_for
-from edgeprune.models.bert import KEPT_HEADS_CONFIG_KEY
+from edgeprune.models.base import KEPT_HEADS_CONFIG_KEY
 from edgeprune.pruning import predicted_parameter_count
 from tests.conftest import tiny_bert
 
@@ -93,3 +93,35 @@ def test_bad_removals_are_rejected_with_what_is_allowed(remove, message):
 def test_unsupported_model_names_the_supported_families():
     with pytest.raises(UserInputError, match="supported families: bert"):
         adapter_for(torch.nn.Sequential(torch.nn.Linear(4, 4)))
+
+
+def test_removing_a_layer_equals_a_model_built_without_it():
+    model = tiny_bert()
+    ids, mask = _inputs()
+    state = {k.replace("encoder.layer.2.", "encoder.layer.1."): v for k, v in model.state_dict().items()
+             if not k.startswith("encoder.layer.1.")}
+    reference = tiny_bert(num_hidden_layers=2)
+    reference.load_state_dict(state)
+    adapter = adapter_for(model)
+    adapter.remove_layers(model, [1])
+    assert model.config.num_hidden_layers == 2 and len(model.encoder.layer) == 2
+    with torch.no_grad():
+        torch.testing.assert_close(model(input_ids=ids, attention_mask=mask).last_hidden_state,
+                                   reference(input_ids=ids, attention_mask=mask).last_hidden_state)
+    with pytest.raises(ValueError, match="not all"):
+        adapter.remove_layers(model, [0, 1])
+
+
+def test_removing_a_layer_keeps_the_kept_heads_record_aligned():
+    model = prune_heads(tiny_bert(), {2: [0]})
+    adapter_for(model).remove_layers(model, [1])
+    assert getattr(model.config, KEPT_HEADS_CONFIG_KEY) == [[0, 1, 2, 3], [1, 2, 3]]
+
+
+def test_head_weights_are_the_slices_the_surgery_removes():
+    model = tiny_bert()
+    adapter = adapter_for(model)
+    views = adapter.head_weights(model, 0, 1)
+    assert [tuple(v.shape) for v in views] == [(8, 32)] * 3 + [(32, 8)] + [(8,)] * 3
+    removed = sum(v.numel() for v in views)
+    assert removed == adapter.head_parameter_count(model, 0)

@@ -1,12 +1,25 @@
-"""The interface every architecture adapter implements."""
+"""The interface every architecture adapter implements.
+
+An adapter knows one family's layout. Criteria and surgery only use these methods, so a new family
+is one new file: list the blocks, expose each head's output and attention probabilities through
+hooks, and slice real weights.
+"""
 
 from abc import ABC, abstractmethod
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import AbstractContextManager, contextmanager
 from dataclasses import dataclass
 
 import torch
 from torch import nn
+
+# config attribute recording, per layer, which of the dense model's heads remain (saved in config.json)
+KEPT_HEADS_CONFIG_KEY = "edgeprune_kept_heads"
+
+# fn(layer, per-head context [batch, tokens, heads, head_size]) -> the context to use instead
+HeadOutputFn = Callable[[int, torch.Tensor], torch.Tensor]
+# fn(layer, attention probabilities [batch, heads, query tokens, key tokens])
+AttentionProbsFn = Callable[[int, torch.Tensor], None]
 
 
 @dataclass(frozen=True)
@@ -14,10 +27,10 @@ class AttentionBlock:
     """One attention module as it is now (after any pruning)."""
 
     layer: int
-    num_heads: int
-    num_kv_heads: int
+    num_heads: int  # query heads
+    num_kv_heads: int  # key/value heads (= num_heads without grouped-query attention)
     head_size: int
-    original_heads: tuple[int, ...]  # for each current head, its index in the dense model
+    original_heads: tuple[int, ...]  # for each current query head, its index in the dense model
 
 
 class ModelAdapter(ABC):
@@ -35,16 +48,47 @@ class ModelAdapter(ABC):
         """The attention blocks in layer order."""
 
     @abstractmethod
-    def gate_heads(self, model: nn.Module, gates: torch.Tensor) -> AbstractContextManager[None]:
-        """Context in which each head's output is multiplied by `gates[layer, head]`."""
+    def layer_modules(self, model: nn.Module) -> list[nn.Module]:
+        """The transformer layers in order; each maps hidden states to hidden states."""
+
+    @abstractmethod
+    def head_output_hook(self, model: nn.Module, fn: HeadOutputFn) -> AbstractContextManager[None]:
+        """Context in which every layer's per-head attention output passes through `fn` before the
+        output projection (gating, ablation and capture all build on this)."""
+
+    @abstractmethod
+    def attention_probs_hook(self, model: nn.Module, fn: AttentionProbsFn) -> AbstractContextManager[None]:
+        """Context in which `fn` sees every layer's attention probabilities."""
+
+    @abstractmethod
+    def output_projection(self, model: nn.Module, layer: int) -> nn.Linear:
+        """The linear that maps concatenated head outputs back to the hidden size (columns by head)."""
+
+    @abstractmethod
+    def head_weights(self, model: nn.Module, layer: int, head: int) -> list[torch.Tensor]:
+        """Views of the weights head `head` (current position) owns: its Q/K/V rows, output columns."""
 
     @abstractmethod
     def remove_heads(self, model: nn.Module, layer: int, heads: list[int]) -> None:
         """Slice the given heads (current positions in `layer`) out of the real weights."""
 
     @abstractmethod
+    def remove_layers(self, model: nn.Module, layers: list[int]) -> None:
+        """Drop whole layers (current positions), keeping the config's layer count true."""
+
+    @abstractmethod
     def head_parameter_count(self, model: nn.Module, layer: int) -> int:
         """Parameters that one head of `layer` owns (weights and biases it takes with it)."""
+
+    @contextmanager
+    def gate_heads(self, model: nn.Module, gates: torch.Tensor) -> Iterator[None]:
+        """Context in which head h of layer l is multiplied by `gates[l, h]` (current positions)."""
+
+        def scale(layer: int, context: torch.Tensor) -> torch.Tensor:
+            return context * gates[layer, : context.shape[2], None]
+
+        with self.head_output_hook(model, scale):
+            yield
 
 
 @contextmanager
@@ -58,3 +102,12 @@ def frozen_parameters(model: nn.Module) -> Iterator[None]:
     finally:
         for p, flag in flags:
             p.requires_grad_(flag)
+
+
+@contextmanager
+def hooks_removed_after(handles: list) -> Iterator[None]:
+    try:
+        yield
+    finally:
+        for handle in handles:
+            handle.remove()

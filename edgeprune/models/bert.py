@@ -1,14 +1,18 @@
 """BERT-like encoders (BERT, MiniLM, RoBERTa): separate Q/K/V linears and an output projection."""
 
-from collections.abc import Iterator
-from contextlib import contextmanager
+from contextlib import AbstractContextManager
 
 import torch
 from torch import nn
 
-from edgeprune.models.base import AttentionBlock, ModelAdapter
-
-KEPT_HEADS_CONFIG_KEY = "edgeprune_kept_heads"
+from edgeprune.models.base import (
+    KEPT_HEADS_CONFIG_KEY,
+    AttentionBlock,
+    AttentionProbsFn,
+    HeadOutputFn,
+    ModelAdapter,
+    hooks_removed_after,
+)
 
 
 def _is_bert_layer(module: nn.Module) -> bool:
@@ -77,25 +81,63 @@ class BertAdapter(ModelAdapter):
             )
         return blocks
 
-    @contextmanager
-    def gate_heads(self, model: nn.Module, gates: torch.Tensor) -> Iterator[None]:
+    def layer_modules(self, model: nn.Module) -> list[nn.Module]:
+        return self._layers(model)
+
+    def head_output_hook(self, model: nn.Module, fn: HeadOutputFn) -> AbstractContextManager[None]:
         handles = []
         for index, layer in enumerate(self._layers(model)):
-            attention = layer.attention.self
-            heads, size = attention.num_attention_heads, attention.attention_head_size
+            size = layer.attention.self.attention_head_size
 
-            def scale_context(_module: nn.Module, args: tuple, index: int = index, heads: int = heads,
-                              size: int = size) -> tuple:
-                (context,) = args
-                gated = context.unflatten(-1, (heads, size)) * gates[index, :heads, None]
-                return (gated.flatten(-2),)
+            def per_head(_module: nn.Module, args: tuple, index: int = index, size: int = size) -> tuple:
+                (context, *rest) = args
+                heads = context.unflatten(-1, (-1, size))
+                return (fn(index, heads).flatten(-2), *rest)
 
-            handles.append(layer.attention.output.dense.register_forward_pre_hook(scale_context))
-        try:
-            yield
-        finally:
-            for handle in handles:
-                handle.remove()
+            handles.append(layer.attention.output.dense.register_forward_pre_hook(per_head))
+        return hooks_removed_after(handles)
+
+    def attention_probs_hook(self, model: nn.Module, fn: AttentionProbsFn) -> AbstractContextManager[None]:
+        handles = []
+        for index, layer in enumerate(self._layers(model)):
+            def capture(_module: nn.Module, _args: tuple, output: tuple, index: int = index) -> None:
+                if output[1] is None:
+                    raise RuntimeError("attention probabilities are unavailable; load the model with "
+                                       "attn_implementation='eager'")
+                fn(index, output[1])
+
+            handles.append(layer.attention.self.register_forward_hook(capture))
+        return hooks_removed_after(handles)
+
+    def output_projection(self, model: nn.Module, layer: int) -> nn.Linear:
+        return self._layers(model)[layer].attention.output.dense
+
+    def head_weights(self, model: nn.Module, layer: int, head: int) -> list[torch.Tensor]:
+        module = self._layers(model)[layer]
+        attention = module.attention.self
+        rows = slice(head * attention.attention_head_size, (head + 1) * attention.attention_head_size)
+        views = [attention.query.weight[rows], attention.key.weight[rows], attention.value.weight[rows],
+                 module.attention.output.dense.weight[:, rows]]
+        views += [lin.bias[rows] for lin in (attention.query, attention.key, attention.value) if lin.bias is not None]
+        return views
+
+    def remove_layers(self, model: nn.Module, layers: list[int]) -> None:
+        modules = self._layers(model)
+        drop = set(layers)
+        if not drop <= set(range(len(modules))) or len(drop) >= len(modules):
+            raise ValueError(f"can remove some of layers 0..{len(modules) - 1} but not all; got {sorted(layers)}")
+        original = self._original_heads(model)
+        container = next(m for m in model.modules() if isinstance(m, nn.ModuleList) and modules[0] in list(m))
+        kept = nn.ModuleList(m for i, m in enumerate(container) if i not in drop)
+        for parent in model.modules():
+            for name, child in list(parent.named_children()):
+                if child is container:
+                    setattr(parent, name, kept)
+        config = self._config(model)
+        if config is not None:
+            config.num_hidden_layers = len(kept)
+            if getattr(config, KEPT_HEADS_CONFIG_KEY, None) is not None:
+                setattr(config, KEPT_HEADS_CONFIG_KEY, [h for i, h in enumerate(original) if i not in drop])
 
     def remove_heads(self, model: nn.Module, layer: int, heads: list[int]) -> None:
         layers = self._layers(model)
