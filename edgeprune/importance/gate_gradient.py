@@ -13,7 +13,7 @@ from torch import nn
 
 from edgeprune.importance.base import Batch, HeadCriterion, HeadScores, LossFn
 from edgeprune.models import adapter_for
-from edgeprune.models.base import frozen_parameters
+from edgeprune.models.base import dense_head_count, frozen_parameters
 
 
 class GateGradient(HeadCriterion):
@@ -22,7 +22,7 @@ class GateGradient(HeadCriterion):
     def score(self, model: nn.Module, batches: Iterable[Batch], loss_fn: LossFn) -> HeadScores:
         adapter = adapter_for(model)
         blocks = adapter.attention_blocks(model)
-        width = max(max(b.original_heads) for b in blocks) + 1
+        width = dense_head_count(blocks)
         current_width = max(b.num_heads for b in blocks)
         gates = torch.ones(len(blocks), current_width, requires_grad=True)
         total = torch.zeros(len(blocks), current_width, dtype=torch.float64)

@@ -31,6 +31,12 @@ class AttentionBlock:
     num_kv_heads: int  # key/value heads (= num_heads without grouped-query attention)
     head_size: int
     original_heads: tuple[int, ...]  # for each current query head, its index in the dense model
+    dense_heads: int = 0  # query heads of this layer in the dense model (0: unknown, see dense_head_count)
+
+
+def dense_head_count(blocks: list[AttentionBlock]) -> int:
+    """Width of a [layers, heads] score array indexed by dense heads."""
+    return max(max(b.dense_heads, max(b.original_heads) + 1) for b in blocks)
 
 
 class ModelAdapter(ABC):

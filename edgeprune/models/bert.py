@@ -27,7 +27,7 @@ def _is_bert_layer(module: nn.Module) -> bool:
     )
 
 
-def _slice_linear(linear: nn.Linear, index: torch.Tensor, dim: int) -> nn.Linear:
+def slice_linear(linear: nn.Linear, index: torch.Tensor, dim: int) -> nn.Linear:
     """A new Linear keeping `index` along the weight's `dim` (0: output rows, 1: input columns)."""
     weight = linear.weight.detach().index_select(dim, index).clone()
     bias = None
@@ -77,6 +77,7 @@ class BertAdapter(ModelAdapter):
                     num_kv_heads=attention.num_attention_heads,
                     head_size=attention.attention_head_size,
                     original_heads=tuple(original),
+                    dense_heads=getattr(self._config(model), "num_attention_heads", 0),
                 )
             )
         return blocks
@@ -156,10 +157,10 @@ class BertAdapter(ModelAdapter):
             raise ValueError(f"layer {layer}: removing all {current} heads would leave no attention; keep at least one")
         original = self._original_heads(model)
         index = torch.cat([torch.arange(h * size, (h + 1) * size) for h in keep])
-        attention.query = _slice_linear(attention.query, index, 0)
-        attention.key = _slice_linear(attention.key, index, 0)
-        attention.value = _slice_linear(attention.value, index, 0)
-        module.attention.output.dense = _slice_linear(module.attention.output.dense, index, 1)
+        attention.query = slice_linear(attention.query, index, 0)
+        attention.key = slice_linear(attention.key, index, 0)
+        attention.value = slice_linear(attention.value, index, 0)
+        module.attention.output.dense = slice_linear(module.attention.output.dense, index, 1)
         attention.num_attention_heads = len(keep)
         attention.all_head_size = len(keep) * size
 

@@ -1,7 +1,20 @@
-"""Selection strategies and structural surgery."""
+"""Selection strategies, constraints, costs and the structural surgery."""
 
+from edgeprune.pruning.constraints import Constraints
+from edgeprune.pruning.cost import head_flops, measure_flops, predicted_flops
 from edgeprune.pruning.global_topk import plan_global_topk
+from edgeprune.pruning.hard_concrete import HardConcreteConfig, learn_head_gates, plan_hard_concrete
+from edgeprune.pruning.iterative import current_plan, iterative_prune
+from edgeprune.pruning.per_layer import plan_per_layer
 from edgeprune.pruning.plan import PruningPlan
 from edgeprune.pruning.surgery import apply_plan, predicted_parameter_count, prune_heads
+from edgeprune.pruning.threshold import plan_threshold
 
-__all__ = ["PruningPlan", "apply_plan", "plan_global_topk", "predicted_parameter_count", "prune_heads"]
+# selection strategies that turn scores into a plan (iterative pruning and learned gates also need the model)
+STRATEGIES = ("global-topk", "per-layer", "threshold", "iterative", "hard-concrete")
+
+__all__ = [
+    "STRATEGIES", "Constraints", "HardConcreteConfig", "PruningPlan", "apply_plan", "current_plan", "head_flops",
+    "iterative_prune", "learn_head_gates", "measure_flops", "plan_global_topk", "plan_hard_concrete",
+    "plan_per_layer", "plan_threshold", "predicted_flops", "predicted_parameter_count", "prune_heads",
+]

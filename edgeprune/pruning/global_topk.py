@@ -4,42 +4,33 @@ Michel et al. (2019) prune globally after normalizing scores per layer; a minimu
 every layer's attention alive.
 """
 
-import numpy as np
-
 from edgeprune.errors import UserInputError
 from edgeprune.importance.base import HeadScores
+from edgeprune.pruning.constraints import Constraints
 from edgeprune.pruning.plan import PruningPlan
+from edgeprune.pruning.selection import keep_top, present_heads
 
 
-def plan_global_topk(scores: HeadScores, remove: int, min_heads_per_layer: int = 1) -> PruningPlan:
-    """Remove the `remove` least important heads, never leaving a layer with fewer than the minimum."""
-    values = scores.scores
-    layers, width = values.shape
-    num_heads = [int(np.sum(~np.isnan(row))) for row in values]
-    if min_heads_per_layer < 1:
-        raise UserInputError(f"min_heads_per_layer must be at least 1, got {min_heads_per_layer}")
-    removable = sum(max(0, n - min_heads_per_layer) for n in num_heads)
+def plan_global_topk(scores: HeadScores, remove: int, min_heads_per_layer: int = 1,
+                     constraints: Constraints | None = None) -> PruningPlan:
+    """Remove the `remove` least important heads overall, never leaving a layer under the minimum.
+
+    With `heads_multiple` > 1, layers round their kept count up, so fewer heads may go than asked.
+    """
+    constraints = constraints or Constraints(min_heads_per_layer=min_heads_per_layer)
+    heads = present_heads(scores)
+    removable = sum(max(0, len(h) - constraints.min_heads_per_layer) for h in heads)
     if not 0 <= remove <= removable:
-        raise UserInputError(
-            f"cannot remove {remove} heads: between 0 and {removable} can go while keeping "
-            f"{min_heads_per_layer} per layer"
-        )
-    kept = [set(np.flatnonzero(~np.isnan(row)).tolist()) for row in values]
-    # stable order: ties broken by layer, then head, so plans are reproducible
-    order = sorted(
-        ((values[layer, head], layer, head) for layer in range(layers) for head in kept[layer]),
-        key=lambda item: (item[0], item[1], item[2]),
-    )
+        raise UserInputError(f"cannot remove {remove} heads: between 0 and {removable} can go while keeping "
+                             f"{constraints.min_heads_per_layer} per layer")
+    values = scores.scores
+    order = sorted(((values[layer, h], layer, h) for layer, hs in enumerate(heads) for h in hs))
+    keep_counts = [len(h) for h in heads]
     removed = 0
-    for _, layer, head in order:
+    for _, layer, _ in order:
         if removed == remove:
             break
-        if len(kept[layer]) > min_heads_per_layer:
-            kept[layer].discard(head)
+        if keep_counts[layer] > constraints.min_heads_per_layer:
+            keep_counts[layer] -= 1
             removed += 1
-    return PruningPlan(
-        num_heads=[width] * layers if all(n == width for n in num_heads) else num_heads,
-        kept_heads=[sorted(k) for k in kept],
-        criterion=scores.criterion,
-        strategy=f"global-topk(min_heads_per_layer={min_heads_per_layer})",
-    )
+    return keep_top(scores, keep_counts, constraints, "global-topk")
