@@ -5,10 +5,18 @@ from torch import nn
 from edgeprune.errors import UserInputError
 from edgeprune.models.base import AttentionBlock, ModelAdapter
 from edgeprune.models.bert import BertAdapter
+from edgeprune.models.distilbert import DistilBertAdapter
+from edgeprune.models.llama import LlamaAdapter
+from edgeprune.models.mha import MultiheadAttentionAdapter
+from edgeprune.models.vit import ViTAdapter
 from edgeprune.registry import Registry
 
 ADAPTERS: Registry[type[ModelAdapter]] = Registry("model family")
 ADAPTERS.register("bert")(BertAdapter)
+ADAPTERS.register("distilbert")(DistilBertAdapter)
+ADAPTERS.register("mha")(MultiheadAttentionAdapter)
+ADAPTERS.register("vit")(ViTAdapter)
+ADAPTERS.register("llama")(LlamaAdapter)
 
 
 def adapter_for(model: nn.Module) -> ModelAdapter:

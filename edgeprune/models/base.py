@@ -86,6 +86,13 @@ class ModelAdapter(ABC):
     def head_parameter_count(self, model: nn.Module, layer: int) -> int:
         """Parameters that one head of `layer` owns (weights and biases it takes with it)."""
 
+    def removed_parameter_count(self, model: nn.Module, layer: int, heads: list[int]) -> int:
+        """Parameters that go when `heads` (current positions) of `layer` are removed together.
+
+        Families whose heads share weights (grouped-query attention shares K/V) override this.
+        """
+        return len(heads) * self.head_parameter_count(model, layer)
+
     @contextmanager
     def gate_heads(self, model: nn.Module, gates: torch.Tensor) -> Iterator[None]:
         """Context in which head h of layer l is multiplied by `gates[l, h]` (current positions)."""

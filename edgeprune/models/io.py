@@ -24,7 +24,8 @@ def save(model: nn.Module, directory: str | Path) -> Path:
         raise UserInputError(f"save takes a transformers model, got {type(model).__name__}; "
                              "for other modules save the state_dict with torch.save")
     directory = Path(directory)
-    model.save_pretrained(directory)
+    # current key names: load reads the safetensors directly, without transformers' renaming of legacy keys
+    model.save_pretrained(directory, save_original_format=False)
     return directory
 
 

@@ -52,8 +52,12 @@ def iterative_prune(
             break
         scores = score_heads(model, batches(), criterion, loss_fn).normalize_per_layer()
         before = current_plan(model)
-        plan = plan_global_topk(scores, min(share, _removable(scores, constraints)), constraints=constraints)
+        # the grouped-query layout changes as groups go, so it is read afresh every step
+        step_constraints = Constraints.for_model(model, constraints.min_heads_per_layer, constraints.heads_multiple)
+        plan = plan_global_topk(scores, min(share, _removable(scores, step_constraints)), constraints=step_constraints)
         apply_plan(model, plan)
+        if plan.heads_kept == before.heads_kept:
+            break  # the constraints allow no further removal
         removed += before.heads_kept - plan.heads_kept
         if between_steps is not None:
             between_steps(model, step)

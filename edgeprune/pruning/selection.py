@@ -18,6 +18,12 @@ def keep_top(scores: HeadScores, keep_counts: list[int], constraints: Constraint
     kept = []
     for layer, heads in enumerate(present_heads(scores)):
         count = constraints.kept_count(keep_counts[layer], len(heads))
+        if constraints.kv_heads is not None and constraints.kv_heads[layer] < len(heads):
+            from edgeprune.models.llama import round_to_gqa
+
+            drop = set(round_to_gqa([values[layer, h] for h in heads], constraints.kv_heads[layer], len(heads) - count))
+            kept.append([h for position, h in enumerate(heads) if position not in drop])
+            continue
         # ties broken by head index, so plans are reproducible
         ranked = sorted(heads, key=lambda h, row=values[layer]: (-row[h], h))
         kept.append(sorted(ranked[:count]))

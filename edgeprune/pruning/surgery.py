@@ -41,5 +41,6 @@ def predicted_parameter_count(model: nn.Module, plan: PruningPlan) -> int:
     adapter = adapter_for(model)
     total = sum(p.numel() for p in model.parameters())
     for block, kept in zip(adapter.attention_blocks(model), plan.kept_heads, strict=True):
-        total -= (block.num_heads - len(kept)) * adapter.head_parameter_count(model, block.layer)
+        removed = [i for i, h in enumerate(block.original_heads) if h not in set(kept)]
+        total -= adapter.removed_parameter_count(model, block.layer, removed)
     return total
