@@ -34,12 +34,12 @@ def test_scores_are_per_layer_and_head_and_zero_for_a_head_with_no_effect():
 
 def test_removed_heads_score_nan_and_the_rest_keep_their_dense_index():
     encoder = prune_heads(tiny_bert(), {0: [1]})
-    scores = score_heads(_classifier(encoder), list(_batches()))
+    scores = score_heads(_classifier(encoder), list(_batches()), criterion="gate-gradient")
     assert np.isnan(scores.scores[0, 1]) and not np.isnan(scores.scores[0, [0, 2, 3]]).any()
 
 
 def test_per_layer_normalization_gives_unit_norm_rows_and_round_trips():
-    scores = score_heads(_classifier(tiny_bert()), list(_batches())).normalize_per_layer()
+    scores = score_heads(_classifier(tiny_bert()), list(_batches()), "gate-gradient").normalize_per_layer()
     np.testing.assert_allclose(np.linalg.norm(scores.scores, axis=1), 1.0)
     again = type(scores).from_dict(scores.to_dict())
     np.testing.assert_array_equal(again.scores, scores.scores)

@@ -1,17 +1,31 @@
-"""Head importance criteria behind one interface, with a registry and `score_heads`."""
+"""Head and layer importance criteria behind one interface each, with registries, `score_heads` and `score_layers`."""
 
 from collections.abc import Iterable
+from typing import Any
 
 import torch
 import torch.nn.functional as F
 from torch import nn
 
-from edgeprune.importance.base import Batch, HeadCriterion, HeadScores, LossFn
+from edgeprune.importance.activation_norm import ActivationNorm
+from edgeprune.importance.angular_distance import AngularDistance
+from edgeprune.importance.base import Batch, HeadCriterion, HeadScores, LayerCriterion, LayerScores, LossFn
+from edgeprune.importance.combination import Combination
+from edgeprune.importance.entropy import AttentionEntropy
 from edgeprune.importance.gate_gradient import GateGradient
+from edgeprune.importance.leave_one_out import LeaveOneOut
+from edgeprune.importance.taylor import Taylor
+from edgeprune.importance.taylor_output_proj import TaylorOutputProjection
+from edgeprune.importance.weight_magnitude import WeightMagnitude
 from edgeprune.registry import Registry
 
 CRITERIA: Registry[type[HeadCriterion]] = Registry("importance criterion")
-CRITERIA.register(GateGradient.name)(GateGradient)
+for _criterion in (GateGradient, Taylor, TaylorOutputProjection, LeaveOneOut, AttentionEntropy, ActivationNorm,
+                   WeightMagnitude, Combination):
+    CRITERIA.register(_criterion.name)(_criterion)
+
+LAYER_CRITERIA: Registry[type[LayerCriterion]] = Registry("layer importance criterion")
+LAYER_CRITERIA.register(AngularDistance.name)(AngularDistance)
 
 
 def classification_loss(model: nn.Module, batch: Batch) -> torch.Tensor:
@@ -24,11 +38,30 @@ def classification_loss(model: nn.Module, batch: Batch) -> torch.Tensor:
 def score_heads(
     model: nn.Module,
     batches: Iterable[Batch],
-    criterion: str = "gate-gradient",
+    criterion: str = "taylor",
     loss_fn: LossFn | None = None,
+    **options: Any,
 ) -> HeadScores:
-    """Score every attention head of `model` on `batches`; higher means more important."""
-    return CRITERIA.get(criterion)().score(model, batches, loss_fn or classification_loss)
+    """Score every attention head of `model` on `batches`; higher means more important.
+
+    `options` go to the criterion, e.g. `norm="l1"` for weight-magnitude or `weights={...}` for combination.
+    """
+    return CRITERIA.get(criterion)(**options).score(model, batches, loss_fn or classification_loss)
 
 
-__all__ = ["CRITERIA", "HeadCriterion", "HeadScores", "classification_loss", "score_heads"]
+def score_layers(
+    model: nn.Module,
+    batches: Iterable[Batch],
+    criterion: str = "angular-distance",
+    loss_fn: LossFn | None = None,
+    **options: Any,
+) -> LayerScores:
+    """Score every layer (or, with `block_size=n`, every block of n consecutive layers); higher = more important."""
+    return LAYER_CRITERIA.get(criterion)(**options).score(model, batches, loss_fn or classification_loss)
+
+
+__all__ = [
+    "CRITERIA", "LAYER_CRITERIA", "ActivationNorm", "AngularDistance", "AttentionEntropy", "Combination",
+    "GateGradient", "HeadCriterion", "HeadScores", "LayerCriterion", "LayerScores", "LeaveOneOut", "Taylor",
+    "TaylorOutputProjection", "WeightMagnitude", "classification_loss", "score_heads", "score_layers",
+]

@@ -56,3 +56,43 @@ class HeadCriterion(ABC):
     @abstractmethod
     def score(self, model: nn.Module, batches: Iterable[Batch], loss_fn: LossFn) -> HeadScores:
         ...
+
+
+@dataclass
+class LayerScores:
+    """Per-layer importance, higher = more important, indexed by the model's current layers.
+
+    With `block_size` n > 1, entry l scores the block of layers l .. l + n - 1, so there are
+    layers - n + 1 entries.
+    """
+
+    scores: np.ndarray
+    criterion: str
+    num_examples: int
+    block_size: int = 1
+    extra: dict[str, Any] = field(default_factory=dict)
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "scores": [None if np.isnan(v) else float(v) for v in self.scores],
+            "criterion": self.criterion,
+            "num_examples": self.num_examples,
+            "block_size": self.block_size,
+            "extra": self.extra,
+        }
+
+    @classmethod
+    def from_dict(cls, data: Mapping[str, Any]) -> "LayerScores":
+        scores = np.array([np.nan if v is None else v for v in data["scores"]], dtype=np.float64)
+        return cls(scores, data["criterion"], data["num_examples"], data.get("block_size", 1),
+                   dict(data.get("extra", {})))
+
+
+class LayerCriterion(ABC):
+    """Scores each layer (or block of consecutive layers) of a model on data."""
+
+    name: str = ""
+
+    @abstractmethod
+    def score(self, model: nn.Module, batches: Iterable[Batch], loss_fn: LossFn) -> LayerScores:
+        ...

@@ -16,9 +16,10 @@ import torch
 from torch import nn
 
 from edgeprune.importance import classification_loss
+from edgeprune.importance._common import to_dense
 from edgeprune.importance.base import Batch, HeadScores, LossFn
 from edgeprune.models import adapter_for
-from edgeprune.models.base import dense_head_count, frozen_parameters
+from edgeprune.models.base import frozen_parameters
 from edgeprune.pruning.constraints import Constraints
 from edgeprune.pruning.plan import PruningPlan
 from edgeprune.pruning.selection import keep_top
@@ -85,12 +86,7 @@ def learn_head_gates(model: nn.Module, batches: Callable[[], Iterable[Batch]], l
                     raise ValueError("no data to learn gates on: the batches were empty")
     finally:
         model.train(was_training)
-    scores = np.full((len(blocks), dense_head_count(blocks)), np.nan)
-    learned = log_alpha.detach().numpy()
-    for block in blocks:
-        for position, original in enumerate(block.original_heads):
-            scores[block.layer, original] = learned[block.layer, position]
-    return HeadScores(scores, "hard-concrete", step, extra={
+    return HeadScores(to_dense(blocks, log_alpha.detach().numpy()), "hard-concrete", step, extra={
         "expected_open_fraction": history[-1] if history else None, "config": config.__dict__})
 
 

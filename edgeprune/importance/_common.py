@@ -1,0 +1,65 @@
+"""Helpers the criteria share: batch bookkeeping, label-free forwards, mapping to dense head indices."""
+
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
+
+import numpy as np
+import torch
+from torch import nn
+
+from edgeprune.importance.base import Batch
+from edgeprune.models.base import AttentionBlock, dense_head_count
+
+
+def batch_size(batch: Batch) -> int:
+    return int(next(iter(batch.values())).shape[0])
+
+
+def attention_mask(batch: Batch) -> torch.Tensor:
+    """The batch's attention mask, all ones when it has none."""
+    mask = batch.get("attention_mask")
+    return torch.ones_like(batch["input_ids"]) if mask is None else mask
+
+
+def token_mask(batch: Batch) -> torch.Tensor:
+    """[batch, tokens] float mask, 1 for real tokens and 0 for padding."""
+    return attention_mask(batch).float()
+
+
+def forward(model: nn.Module, batch: Batch) -> object:
+    """A label-free forward, with the same call convention as `classification_loss`."""
+    return model(input_ids=batch["input_ids"], attention_mask=attention_mask(batch))
+
+
+def masked_example_mean(values: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
+    """Per-example mean over real tokens: values [batch, tokens, *rest], mask [batch, tokens] -> [batch, *rest]."""
+    weights = mask.to(values.dtype).reshape(*mask.shape, *([1] * (values.dim() - 2)))
+    return (values * weights).sum(dim=1) / weights.sum(dim=1).clamp(min=1)
+
+
+def dense_width(blocks: Sequence[AttentionBlock]) -> int:
+    return dense_head_count(list(blocks))
+
+
+def to_dense(blocks: Sequence[AttentionBlock], per_position: np.ndarray) -> np.ndarray:
+    """[layers, current heads] values -> [layers, dense heads], NaN where a head was removed."""
+    scores = np.full((len(blocks), dense_width(blocks)), np.nan)
+    for block in blocks:
+        for position, original in enumerate(block.original_heads):
+            scores[block.layer, original] = per_position[block.layer, position]
+    return scores
+
+
+def require_examples(examples: int) -> None:
+    if examples == 0:
+        raise ValueError("no data to score on: the batches were empty")
+
+
+@contextmanager
+def eval_mode(model: nn.Module) -> Iterator[None]:
+    was_training = model.training
+    model.eval()
+    try:
+        yield
+    finally:
+        model.train(was_training)
