@@ -104,6 +104,47 @@ class ModelAdapter(ABC):
             yield
 
 
+def find_config(model: nn.Module) -> object | None:
+    """The transformers config of `model` (the first module holding one with a head count)."""
+    for module in model.modules():
+        config = getattr(module, "config", None)
+        if config is not None and hasattr(config, "num_attention_heads"):
+            return config
+    return None
+
+
+def recorded_heads(model: nn.Module, current_counts: list[int]) -> list[list[int]]:
+    """Per layer, the dense indices of the heads still present: the config's record, else all of them."""
+    kept = getattr(find_config(model), KEPT_HEADS_CONFIG_KEY, None)
+    if kept is None:
+        return [list(range(count)) for count in current_counts]
+    return [list(heads) for heads in kept]
+
+
+def record_heads(model: nn.Module, heads: list[list[int]]) -> None:
+    """Store the kept dense head indices per layer in the config (saved in config.json)."""
+    config = find_config(model)
+    if config is not None:
+        setattr(config, KEPT_HEADS_CONFIG_KEY, heads)
+
+
+def heads_to_keep(layer: int, current: int, heads: list[int]) -> list[int]:
+    """Current positions that stay when `heads` go; refuses unknown heads and removing every head."""
+    drop = set(heads)
+    absent = sorted(drop - set(range(current)))
+    if absent:
+        raise ValueError(f"layer {layer} has heads 0..{current - 1}; cannot remove {absent}")
+    keep = [h for h in range(current) if h not in drop]
+    if not keep:
+        raise ValueError(f"layer {layer}: removing all {current} heads would leave no attention; keep at least one")
+    return keep
+
+
+def head_rows(keep: list[int], size: int) -> torch.Tensor:
+    """Indices of the projection rows (or columns) that belong to the kept heads."""
+    return torch.cat([torch.arange(h * size, (h + 1) * size) for h in keep])
+
+
 @contextmanager
 def frozen_parameters(model: nn.Module) -> Iterator[None]:
     """Turn off parameter gradients for a scoring pass, restoring the flags afterwards."""

@@ -22,9 +22,13 @@ from edgeprune.models.base import (
     AttentionProbsFn,
     HeadOutputFn,
     ModelAdapter,
+    find_config,
+    head_rows,
     hooks_removed_after,
+    record_heads,
+    recorded_heads,
 )
-from edgeprune.models.bert import slice_linear
+from edgeprune.models.separate_projections import slice_linear
 
 _PROJECTIONS = ("q_proj", "k_proj", "v_proj", "o_proj")
 _ALLOWED_FORMS = ("remove either whole KV groups (a KV head with all its query heads) or the same number of "
@@ -115,11 +119,7 @@ class LlamaAdapter(ModelAdapter):
         return [m for m in model.modules() if _is_decoder_layer(m)]
 
     def _config(self, model: nn.Module) -> object | None:
-        for module in model.modules():
-            config = getattr(module, "config", None)
-            if config is not None and hasattr(config, "num_attention_heads"):
-                return config
-        return None
+        return find_config(model)
 
     @staticmethod
     def _shape(attention: nn.Module) -> tuple[int, int, int]:
@@ -128,12 +128,7 @@ class LlamaAdapter(ModelAdapter):
         return attention.q_proj.out_features // size, attention.k_proj.out_features // size, size
 
     def _original_heads(self, model: nn.Module) -> list[list[int]]:
-        layers = self._layers(model)
-        config = self._config(model)
-        kept = getattr(config, KEPT_HEADS_CONFIG_KEY, None) if config is not None else None
-        if kept is None:
-            return [list(range(self._shape(layer.self_attn)[0])) for layer in layers]
-        return [list(heads) for heads in kept]
+        return recorded_heads(model, [self._shape(layer.self_attn)[0] for layer in self._layers(model)])
 
     def attention_blocks(self, model: nn.Module) -> list[AttentionBlock]:
         blocks = []
@@ -230,14 +225,11 @@ class LlamaAdapter(ModelAdapter):
         keep_kv = [g for g in range(num_kv_heads) if any(h not in drop for h in range(g * group, (g + 1) * group))]
         original = self._original_heads(model)
 
-        def rows(positions: list[int]) -> torch.Tensor:
-            return torch.cat([torch.arange(p * size, (p + 1) * size) for p in positions])
-
-        attention.q_proj = slice_linear(attention.q_proj, rows(keep), 0)
-        attention.o_proj = slice_linear(attention.o_proj, rows(keep), 1)
+        attention.q_proj = slice_linear(attention.q_proj, head_rows(keep, size), 0)
+        attention.o_proj = slice_linear(attention.o_proj, head_rows(keep, size), 1)
         if len(keep_kv) < num_kv_heads:
-            attention.k_proj = slice_linear(attention.k_proj, rows(keep_kv), 0)
-            attention.v_proj = slice_linear(attention.v_proj, rows(keep_kv), 0)
+            attention.k_proj = slice_linear(attention.k_proj, head_rows(keep_kv, size), 0)
+            attention.v_proj = slice_linear(attention.v_proj, head_rows(keep_kv, size), 0)
         # repeat_kv (eager and sdpa) expands each KV head num_key_value_groups times to meet the queries
         attention.num_key_value_groups = len(keep) // len(keep_kv)
         for name, value in (("num_heads", len(keep)), ("num_attention_heads", len(keep)),
@@ -245,10 +237,8 @@ class LlamaAdapter(ModelAdapter):
             if hasattr(attention, name):
                 setattr(attention, name, value)
 
-        config = self._config(model)
-        if config is not None:
-            original[layer] = [original[layer][h] for h in keep]
-            setattr(config, KEPT_HEADS_CONFIG_KEY, original)
+        original[layer] = [original[layer][h] for h in keep]
+        record_heads(model, original)
 
     def remove_layers(self, model: nn.Module, layers: list[int]) -> None:
         modules = self._layers(model)

@@ -22,9 +22,11 @@ from edgeprune.models.base import (
     AttentionProbsFn,
     HeadOutputFn,
     ModelAdapter,
+    head_rows,
+    heads_to_keep,
     hooks_removed_after,
 )
-from edgeprune.models.bert import slice_linear
+from edgeprune.models.separate_projections import slice_linear
 
 
 class PrunedMultiheadAttention(nn.Module):
@@ -263,17 +265,11 @@ class MultiheadAttentionAdapter(ModelAdapter):
         parent, name, module = self._slots(model)[layer]
         _check_packed(module)
         current, size = module.num_heads, module.head_dim
-        drop = set(heads)
-        if not drop:
+        if not heads:
             return
-        if not drop <= set(range(current)):
-            absent = sorted(drop - set(range(current)))
-            raise ValueError(f"layer {layer} has heads 0..{current - 1}; cannot remove {absent}")
-        keep = [h for h in range(current) if h not in drop]
-        if not keep:
-            raise ValueError(f"layer {layer}: removing all {current} heads would leave no attention; keep at least one")
+        keep = heads_to_keep(layer, current, heads)
         blocks = self.attention_blocks(model)
-        index = torch.cat([torch.arange(h * size, (h + 1) * size) for h in keep])
+        index = head_rows(keep, size)
         rows = torch.cat([index + part * current * size for part in range(3)])
 
         def sliced(parameter: nn.Parameter, dim: int, keep_index: torch.Tensor) -> nn.Parameter:
