@@ -145,6 +145,33 @@ def head_rows(keep: list[int], size: int) -> torch.Tensor:
     return torch.cat([torch.arange(h * size, (h + 1) * size) for h in keep])
 
 
+def split_heads_before(projections: list[tuple[nn.Module, int]], fn: HeadOutputFn) -> AbstractContextManager[None]:
+    """Pre-hooks on each layer's output projection (with its head size) that pass its input, viewed as
+    [batch, tokens, heads, head_size], through `fn`."""
+    handles = []
+    for index, (projection, size) in enumerate(projections):
+        def per_head(_module: nn.Module, args: tuple, index: int = index, size: int = size) -> tuple:
+            (context, *rest) = args
+            return (fn(index, context.unflatten(-1, (-1, size))).flatten(-2), *rest)
+
+        handles.append(projection.register_forward_pre_hook(per_head))
+    return hooks_removed_after(handles)
+
+
+def capture_attention_probs(attentions: list[nn.Module], fn: AttentionProbsFn) -> AbstractContextManager[None]:
+    """Forward hooks on attention modules that return (context, probabilities), handing the probabilities to `fn`."""
+    handles = []
+    for index, attention in enumerate(attentions):
+        def capture(_module: nn.Module, _args: tuple, output: tuple, index: int = index) -> None:
+            if output[1] is None:
+                raise RuntimeError("attention probabilities are unavailable; load the model with "
+                                   "attn_implementation='eager'")
+            fn(index, output[1])
+
+        handles.append(attention.register_forward_hook(capture))
+    return hooks_removed_after(handles)
+
+
 @contextmanager
 def frozen_parameters(model: nn.Module) -> Iterator[None]:
     """Turn off parameter gradients for a scoring pass, restoring the flags afterwards."""

@@ -22,11 +22,12 @@ from edgeprune.models.base import (
     AttentionProbsFn,
     HeadOutputFn,
     ModelAdapter,
+    capture_attention_probs,
     find_config,
     head_rows,
-    hooks_removed_after,
     record_heads,
     recorded_heads,
+    split_heads_before,
 )
 from edgeprune.models.separate_projections import slice_linear
 
@@ -143,17 +144,8 @@ class LlamaAdapter(ModelAdapter):
         return self._layers(model)
 
     def head_output_hook(self, model: nn.Module, fn: HeadOutputFn) -> AbstractContextManager[None]:
-        handles = []
-        for index, layer in enumerate(self._layers(model)):
-            size = layer.self_attn.head_dim
-
-            def per_head(_module: nn.Module, args: tuple, index: int = index, size: int = size) -> tuple:
-                (context, *rest) = args
-                heads = context.unflatten(-1, (-1, size))
-                return (fn(index, heads).flatten(-2), *rest)
-
-            handles.append(layer.self_attn.o_proj.register_forward_pre_hook(per_head))
-        return hooks_removed_after(handles)
+        return split_heads_before([(layer.self_attn.o_proj, layer.self_attn.head_dim)
+                                   for layer in self._layers(model)], fn)
 
     def attention_probs_hook(self, model: nn.Module, fn: AttentionProbsFn) -> AbstractContextManager[None]:
         layers = self._layers(model)
@@ -162,16 +154,7 @@ class LlamaAdapter(ModelAdapter):
             raise RuntimeError(f"attention probabilities need attn_implementation='eager' (the model uses "
                                f"{implementation!r}); load it with attn_implementation='eager' or call "
                                "model.set_attn_implementation('eager')")
-        handles = []
-        for index, layer in enumerate(layers):
-            def capture(_module: nn.Module, _args: tuple, output: tuple, index: int = index) -> None:
-                if output[1] is None:
-                    raise RuntimeError("attention probabilities are unavailable; load the model with "
-                                       "attn_implementation='eager'")
-                fn(index, output[1])
-
-            handles.append(layer.self_attn.register_forward_hook(capture))
-        return hooks_removed_after(handles)
+        return capture_attention_probs([layer.self_attn for layer in layers], fn)
 
     def output_projection(self, model: nn.Module, layer: int) -> nn.Linear:
         return self._layers(model)[layer].self_attn.o_proj

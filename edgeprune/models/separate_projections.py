@@ -16,12 +16,13 @@ from edgeprune.models.base import (
     AttentionProbsFn,
     HeadOutputFn,
     ModelAdapter,
+    capture_attention_probs,
     find_config,
     head_rows,
     heads_to_keep,
-    hooks_removed_after,
     record_heads,
     recorded_heads,
+    split_heads_before,
 )
 
 
@@ -104,28 +105,11 @@ class SeparateProjectionsAdapter(ModelAdapter):
         return self._layers(model)
 
     def head_output_hook(self, model: nn.Module, fn: HeadOutputFn) -> AbstractContextManager[None]:
-        handles = []
-        for index, layer in enumerate(self._layers(model)):
-            size = self._shape(layer)[1]
-
-            def per_head(_module: nn.Module, args: tuple, index: int = index, size: int = size) -> tuple:
-                (context, *rest) = args
-                return (fn(index, context.unflatten(-1, (-1, size))).flatten(-2), *rest)
-
-            handles.append(_get(layer, self.layout.output).register_forward_pre_hook(per_head))
-        return hooks_removed_after(handles)
+        layers = self._layers(model)
+        return split_heads_before([(_get(layer, self.layout.output), self._shape(layer)[1]) for layer in layers], fn)
 
     def attention_probs_hook(self, model: nn.Module, fn: AttentionProbsFn) -> AbstractContextManager[None]:
-        handles = []
-        for index, layer in enumerate(self._layers(model)):
-            def capture(_module: nn.Module, _args: tuple, output: tuple, index: int = index) -> None:
-                if output[1] is None:
-                    raise RuntimeError("attention probabilities are unavailable; load the model with "
-                                       "attn_implementation='eager'")
-                fn(index, output[1])
-
-            handles.append(self._attention(layer).register_forward_hook(capture))
-        return hooks_removed_after(handles)
+        return capture_attention_probs([self._attention(layer) for layer in self._layers(model)], fn)
 
     def output_projection(self, model: nn.Module, layer: int) -> nn.Linear:
         return _get(self._layers(model)[layer], self.layout.output)
