@@ -5,7 +5,7 @@ __version__ = "0.1.0"
 from edgeprune.bench import BenchmarkResult, benchmark_local  # noqa: E402
 from edgeprune.devices import DeviceProfile, load_profile  # noqa: E402
 from edgeprune.errors import BudgetNotMetError, EdgepruneError, UserInputError, VerificationError  # noqa: E402
-from edgeprune.export import export_executorch, verify_artifact  # noqa: E402
+from edgeprune.export import export, load_artifact, verify_artifact  # noqa: E402
 from edgeprune.importance import HeadScores, LayerScores, score_heads, score_layers  # noqa: E402
 from edgeprune.models.io import load, save  # noqa: E402
 from edgeprune.pruning import (  # noqa: E402
@@ -32,8 +32,8 @@ from edgeprune.tasks import TextClassificationTask, bundled_task  # noqa: E402
 __all__ = [
     "Budget", "BenchmarkResult", "BudgetNotMetError", "Constraints", "DeviceProfile", "EdgepruneError", "FitOptions",
     "FitResult", "HardConcreteConfig", "HeadScores", "LayerScores", "PruningPlan", "TextClassificationTask",
-    "UserInputError", "VerificationError", "apply_plan", "benchmark_local", "bundled_task", "export_executorch", "fit",
-    "iterative_prune", "learn_head_gates", "load", "load_profile", "measure_flops", "plan_global_topk",
+    "UserInputError", "VerificationError", "apply_plan", "benchmark_local", "bundled_task", "export", "fit",
+    "iterative_prune", "learn_head_gates", "load", "load_artifact", "load_profile", "measure_flops", "plan_global_topk",
     "plan_hard_concrete", "plan_per_layer", "plan_threshold", "predicted_flops", "predicted_parameter_count",
     "prune_heads", "quantize", "save", "score_heads", "score_layers", "verify_artifact",
 ]

@@ -184,7 +184,7 @@ def run_fit(args: argparse.Namespace) -> int:
     if args.json:
         print(json.dumps(to_jsonable(result), indent=2))
     else:
-        print(f"{result.message}\nwrote {result.out_dir}/model.pte, result.json, report.md")
+        print(f"{result.message}\nwrote {result.out_dir}/{result.fitted.path}, result.json, report.md")
     if not result.fits:
         return EXIT_BUDGET
     return EXIT_OK

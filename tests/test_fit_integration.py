@@ -6,7 +6,7 @@ import pytest
 import torch
 
 from edgeprune.cli import main
-from edgeprune.export import ExecutorchProgram
+from edgeprune.export import load_artifact
 
 pytestmark = pytest.mark.integration
 
@@ -17,16 +17,15 @@ def _int8_file_bytes(model_dir, heads_removed_per_layer, tmp_path):
     """The real size of an int8 export of the task's model with that many heads gone per layer."""
     from transformers import AutoModel
 
-    from edgeprune.export import export_executorch
+    from edgeprune.export import export
     from edgeprune.models.classifier import EncoderClassifier
     from edgeprune.pruning import prune_heads
-    from edgeprune.quantize import quantize
 
     encoder = AutoModel.from_pretrained(model_dir, add_pooling_layer=False)
     prune_heads(encoder, {layer: list(range(heads_removed_per_layer)) for layer in range(2)})
-    model = quantize(EncoderClassifier(encoder, torch.nn.Linear(128, 5)).eval(), "int8")
+    model = EncoderClassifier(encoder, torch.nn.Linear(128, 5)).eval()
     inputs = (torch.ones(1, 32, dtype=torch.long), torch.ones(1, 32, dtype=torch.long))
-    return export_executorch(model, inputs, tmp_path / "probe.pte").size_bytes
+    return export(model, inputs, tmp_path / "probe.pte", "int8").size_bytes
 
 
 def test_fit_removes_heads_until_the_artifact_fits(small_bert_dir, tmp_path, capsys):
@@ -57,9 +56,9 @@ def test_fit_removes_heads_until_the_artifact_fits(small_bert_dir, tmp_path, cap
         assert 0.0 <= artifact["test_accuracy"] <= 1.0
     assert result["reproduce"]["kept_heads"] == fitted["plan"]["kept_heads"]
     report = (out / "report.md").read_text()
-    assert "latency p50" in report and "test accuracy through ExecuTorch" in report
+    assert "latency p50" in report and "test accuracy through executorch" in report
     # the artifact on disk runs and gives the logits and the embedding
-    logits, embedding = ExecutorchProgram(out / "model.pte")(torch.ones(1, 32, dtype=torch.long) * 2000,
+    logits, embedding = load_artifact(out / "model.pte")(torch.ones(1, 32, dtype=torch.long) * 2000,
                                                               torch.ones(1, 32, dtype=torch.long))
     assert logits.shape == (1, 5) and embedding.shape == (1, 128)
 

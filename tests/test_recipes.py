@@ -1,11 +1,14 @@
-"""Quantization recipes: each exports, runs in ExecuTorch, matches PyTorch, and the size model holds."""
+"""Quantization recipes: each exports, runs in its runtime, matches PyTorch, and the size model holds."""
 
 import pytest
 import torch
 
-from edgeprune.export import ExecutorchProgram, export_executorch, verify_artifact
+from edgeprune.errors import UserInputError, VerificationError
+from edgeprune.export import export, export_prepared, load_artifact, verify_artifact
 from edgeprune.models.classifier import EncoderClassifier
-from edgeprune.quantize import RECIPES, SizeModel, quantize
+from edgeprune.pruning import prune_heads
+from edgeprune.quantize import RECIPES, SizeModel, quantize, recipe_for_runtime
+from edgeprune.quantize.int4_embedding import Int4Embedding
 from edgeprune.quantize.int8_embedding import Int8Embedding
 from edgeprune.quantize.size_model import payload_bytes
 from tests.conftest import tiny_bert
@@ -16,8 +19,8 @@ def _model():
     return EncoderClassifier(tiny_bert(), torch.nn.Linear(32, 5)).eval()
 
 
-def _inputs(count=4):
-    generator = torch.Generator().manual_seed(1)
+def _inputs(count=4, seed=1):
+    generator = torch.Generator().manual_seed(seed)
     inputs = []
     for i in range(count):
         ids = torch.randint(1000, 30522, (1, 24), generator=generator)
@@ -31,51 +34,68 @@ def test_int8_embedding_rows_are_within_half_a_step_of_the_original():
     embedding = torch.nn.Embedding(50, 16)
     quantized = Int8Embedding.from_embedding(embedding)
     ids = torch.arange(50)
-    error = (quantized(ids) - embedding(ids)).abs()
     assert quantized.qweight.dtype == torch.int8
-    assert torch.all(error <= quantized.scale / 2 + 1e-7)
+    assert torch.all((quantized(ids) - embedding(ids)).abs() <= quantized.scale / 2 + 1e-7)
+
+
+def test_int4_embedding_packs_two_values_a_byte_within_half_a_step():
+    embedding = torch.nn.Embedding(50, 16)
+    quantized = Int4Embedding.from_embedding(embedding)
+    ids = torch.arange(50)
+    assert quantized.packed.dtype == torch.uint8 and quantized.packed.shape == (50, 8)
+    assert torch.all((quantized(ids) - embedding(ids)).abs() <= quantized.scale / 2 + 1e-6)
+    with pytest.raises(ValueError, match="odd"):
+        Int4Embedding.from_embedding(torch.nn.Embedding(4, 3))
 
 
 @pytest.mark.parametrize("name", RECIPES.names())
-def test_recipe_exports_a_pte_that_matches_its_pytorch_source_and_the_size_model(name, tmp_path):
+def test_recipe_exports_an_artifact_that_matches_its_pytorch_source_and_the_size_model(name, tmp_path):
     recipe = RECIPES.get(name)
-    model = _model()
-    quantized = quantize(model, name)
+    suffix = ".pte" if recipe.runtime == "executorch" else ".tflite"
     inputs = _inputs()
-    artifact = export_executorch(quantized, inputs[0], tmp_path / f"{name}.pte")
-    program = ExecutorchProgram(artifact.path)
-    check = verify_artifact(quantized, program, inputs, recipe.min_cosine)
-    assert check.passed and check.num_inputs == 4
-    # the file is the weights the recipe stores plus a small, bounded container overhead
-    payload = payload_bytes(model, recipe)
-    assert payload <= artifact.size_bytes <= payload + 64 * 1024
+    calibration = _inputs(8, seed=2) if recipe.needs_calibration else ()
     sizes = SizeModel()
-    sizes.observe(model, recipe, artifact.size_bytes)
-    assert sizes.predict(model, recipe) == artifact.size_bytes
+    for index, model in enumerate((_model(), prune_heads(_model(), {0: [0, 1], 1: [2], 2: [1, 3]}))):
+        prepared = quantize(model, name)
+        artifact = export_prepared(prepared, inputs[0], tmp_path / f"{index}{suffix}", recipe, calibration)
+        assert artifact.runtime == recipe.runtime and artifact.recipe == name
+        check = verify_artifact(prepared, load_artifact(artifact.path), inputs, recipe.min_cosine)
+        assert check.passed and check.num_inputs == 4
+        if index == 0:
+            sizes.observe(model, recipe, artifact.size_bytes)
+        else:  # calibrated on the dense export, the size model predicts the pruned one
+            predicted = sizes.predict(model, recipe)
+            assert abs(predicted - artifact.size_bytes) <= 0.05 * artifact.size_bytes, (predicted, artifact.size_bytes)
 
 
-def test_int8_recipes_shrink_the_file_in_the_expected_order():
+def test_smaller_recipes_make_smaller_payloads():
     model = _model()
     sizes = {name: payload_bytes(model, RECIPES.get(name)) for name in RECIPES.names()}
-    assert sizes["int8"] < sizes["int8-linear"] < sizes["fp32"]
+    assert sizes["int8-emb4"] < sizes["int8"] < sizes["int8-linear"] < sizes["fp32"]
+    assert sizes["int4-linear"] < sizes["int8"]
+    assert sizes["litert-int8"] < sizes["litert-fp16"] < sizes["litert-fp32"] == sizes["fp32"]
+
+
+def test_a_recipe_for_another_runtime_is_refused_with_the_right_names():
+    with pytest.raises(UserInputError, match="builds a executorch artifact, not litert; litert recipes: litert-fp16"):
+        recipe_for_runtime("int8", "litert")
+    with pytest.raises(UserInputError, match="unknown quantization recipe 'int3'; choose one of: fp32, int4-linear"):
+        recipe_for_runtime("int3", "executorch")
 
 
 def test_export_cache_reuses_an_identical_export(tmp_path):
-    model = quantize(_model(), "fp32")
+    model = _model()
     inputs = _inputs(1)[0]
-    first = export_executorch(model, inputs, tmp_path / "a.pte", cache_dir=tmp_path / "cache", cache_key="k")
-    second = export_executorch(model, inputs, tmp_path / "b.pte", cache_dir=tmp_path / "cache", cache_key="k")
+    first = export(model, inputs, tmp_path / "a.pte", "fp32", cache_dir=tmp_path / "cache", cache_key="k")
+    second = export(model, inputs, tmp_path / "b.pte", "fp32", cache_dir=tmp_path / "cache", cache_key="k")
     assert not first.cached and second.cached
     assert (tmp_path / "a.pte").read_bytes() == (tmp_path / "b.pte").read_bytes()
 
 
 def test_verification_rejects_an_artifact_outside_tolerance(tmp_path):
-    from edgeprune.errors import VerificationError
-
-    model = _model()
-    artifact = export_executorch(model, _inputs(1)[0], tmp_path / "m.pte")
+    artifact = export(_model(), _inputs(1)[0], tmp_path / "m.pte", "fp32")
     other = _model()
     with torch.no_grad():
         other.classifier.weight.mul_(-1)
     with pytest.raises(VerificationError, match="cosine"):
-        verify_artifact(other, ExecutorchProgram(artifact.path), _inputs(2), 0.999)
+        verify_artifact(other, load_artifact(artifact.path), _inputs(2), 0.999)

@@ -8,6 +8,7 @@ import tempfile
 from dataclasses import dataclass
 from pathlib import Path
 
+import numpy as np
 import torch
 
 from edgeprune.errors import EdgepruneError
@@ -44,20 +45,28 @@ def benchmark_local(
     artifact: Path,
     inputs: tuple[torch.Tensor, ...],
     threads: int,
+    runtime: str | None = None,
     warmup: int = 5,
     runs: int = 30,
     device: str = "host",
     timeout_s: float = 600,
 ) -> BenchmarkResult:
-    """Run the self-contained runner on this machine in a fresh Python process."""
+    """Run the self-contained runner on this machine in a fresh Python process.
+
+    The runtime follows the file type (`.pte`: ExecuTorch, `.tflite`: LiteRT) unless given.
+    """
     if runs < 1 or warmup < 0:
         raise ValueError(f"need runs >= 1 and warmup >= 0, got runs={runs}, warmup={warmup}")
+    runtime = runtime or {".pte": "executorch", ".tflite": "litert"}.get(Path(artifact).suffix)
+    if runtime is None:
+        raise ValueError(f"{artifact}: cannot tell the runtime from the file type; pass runtime=")
     with tempfile.TemporaryDirectory(prefix="edgeprune-bench-") as scratch:
-        inputs_path = Path(scratch) / "inputs.pt"
-        torch.save(tuple(inputs), inputs_path)
+        inputs_path = Path(scratch) / "inputs.npz"
+        np.savez(inputs_path, **{f"arg_{i}": t.numpy() for i, t in enumerate(inputs)})
         env = dict(os.environ, OMP_NUM_THREADS="1", MKL_NUM_THREADS="1")
-        command = [sys.executable, str(RUNNER), "--artifact", str(artifact), "--inputs", str(inputs_path),
-                   "--threads", str(threads), "--warmup", str(warmup), "--runs", str(runs)]
+        command = [sys.executable, str(RUNNER), "--artifact", str(artifact), "--runtime", runtime,
+                   "--inputs", str(inputs_path), "--threads", str(threads), "--warmup", str(warmup),
+                   "--runs", str(runs)]
         done = subprocess.run(command, capture_output=True, text=True, env=env, timeout=timeout_s)
     if done.returncode != 0:
         tail = (done.stderr or done.stdout).strip().splitlines()[-5:]

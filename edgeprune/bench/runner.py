@@ -1,8 +1,8 @@
 """Self-contained benchmark runner: loads an artifact in a fresh process, times it, prints JSON.
 
-Runs as a plain script (`python runner.py ...`) with only the standard library, torch (for input
-tensors) and the runtime package, so it does not import edgeprune and its memory figures are the
-runtime's own. It is the same file a Linux device will run.
+Runs as a plain script (`python runner.py ...`) with only the standard library, numpy and the runtime
+package (`executorch`, or `ai-edge-litert` / `tflite-runtime`), so it does not import edgeprune and
+its memory figures are the runtime's own. It is the same file a Linux device will run.
 """
 
 import argparse
@@ -39,41 +39,67 @@ def percentile(samples: list[float], q: float) -> float:
     return ordered[low] + (ordered[high] - ordered[low]) * (position - low)
 
 
+def executorch_runner(artifact: str, inputs: list, threads: int):  # noqa: ANN201 - returns a zero-arg callable
+    import torch
+
+    torch.set_num_threads(1)  # torch only wraps inputs; its OpenMP threads must not compete
+    from executorch.extension.pybindings.portable_lib import _unsafe_reset_threadpool
+    from executorch.runtime import Runtime
+
+    _unsafe_reset_threadpool(threads)  # before any program loads
+    tensors = [torch.from_numpy(array) for array in inputs]
+    runtime = Runtime.get()
+    yield
+    method = runtime.load_program(artifact).load_method("forward")
+    yield lambda: method.execute(tensors)
+
+
+def litert_runner(artifact: str, inputs: list, threads: int):  # noqa: ANN201 - returns a zero-arg callable
+    try:
+        from ai_edge_litert.interpreter import Interpreter
+    except ImportError:
+        from tflite_runtime.interpreter import Interpreter
+    yield
+    runner = Interpreter(artifact, num_threads=threads).get_signature_runner()
+    details = runner.get_input_details()
+    names = sorted(details, key=lambda name: int(name.rsplit("_", 1)[-1]))
+    feed = {name: array.astype(details[name]["dtype"]) for name, array in zip(names, inputs, strict=True)}
+    yield lambda: runner(**feed)
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__)
     parser.add_argument("--artifact", required=True)
-    parser.add_argument("--inputs", required=True, help="torch.save'd tuple of input tensors")
+    parser.add_argument("--runtime", choices=["executorch", "litert"], required=True)
+    parser.add_argument("--inputs", required=True, help=".npz with arrays arg_0, arg_1, ... in call order")
     parser.add_argument("--threads", type=int, required=True)
     parser.add_argument("--warmup", type=int, default=5)
     parser.add_argument("--runs", type=int, default=30)
     args = parser.parse_args()
 
-    import torch
+    import numpy as np
 
-    torch.set_num_threads(1)  # torch only builds inputs; its OpenMP threads must not compete
-    inputs = list(torch.load(args.inputs))
-    from executorch.extension.pybindings.portable_lib import _unsafe_reset_threadpool
-    from executorch.runtime import Runtime
-
-    _unsafe_reset_threadpool(args.threads)  # before any program loads
-    runtime = Runtime.get()
+    with np.load(args.inputs) as saved:
+        inputs = [saved[f"arg_{i}"] for i in range(len(saved.files))]
+    stages = (executorch_runner if args.runtime == "executorch" else litert_runner)(args.artifact, inputs, args.threads)
+    next(stages)  # runtime imported and configured, nothing loaded yet
     rss_before_load = status_mb("VmRSS")
     start = time.perf_counter()
-    method = runtime.load_program(args.artifact).load_method("forward")
+    run = next(stages)
     load_ms = (time.perf_counter() - start) * 1000
     start = time.perf_counter()
-    method.execute(inputs)
+    run()
     first_ms = (time.perf_counter() - start) * 1000
     for _ in range(args.warmup):
-        method.execute(inputs)
+        run()
     samples = []
     for _ in range(args.runs):
         start = time.perf_counter()
-        method.execute(inputs)
+        run()
         samples.append((time.perf_counter() - start) * 1000)
     mean = statistics.fmean(samples)
     result = {
-        "runtime": "executorch",
+        "runtime": args.runtime,
         "threads": args.threads,
         "warmup_runs": args.warmup,
         "timed_runs": args.runs,

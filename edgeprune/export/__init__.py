@@ -1,7 +1,17 @@
-"""Exporters to device runtimes and the check that accepts an artifact."""
+"""Runtimes (ExecuTorch, LiteRT), exporting to them, and the check that accepts an artifact."""
 
-from edgeprune.export.executorch import ExecutorchProgram, ExportedArtifact, content_key, export_executorch
+from edgeprune.export.artifacts import (
+    RUNTIMES,
+    ExportedArtifact,
+    content_key,
+    export,
+    export_prepared,
+    load_artifact,
+)
+from edgeprune.export.base import DeviceRuntime, RunArtifact
+from edgeprune.export.executorch import ExecutorchProgram
+from edgeprune.export.litert import LiteRTProgram
 from edgeprune.export.verify import Verification, verify_artifact
 
-__all__ = ["ExecutorchProgram", "ExportedArtifact", "Verification", "content_key", "export_executorch",
-           "verify_artifact"]
+__all__ = ["RUNTIMES", "DeviceRuntime", "ExecutorchProgram", "ExportedArtifact", "LiteRTProgram", "RunArtifact",
+           "Verification", "content_key", "export", "export_prepared", "load_artifact", "verify_artifact"]

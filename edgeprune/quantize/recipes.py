@@ -1,4 +1,5 @@
-"""Quantization recipes: small configs in a registry, each with the tolerance its export must meet."""
+"""Quantization recipes: small configs in a registry, each naming its runtime and the tolerance its
+artifact must meet against its PyTorch source."""
 
 import copy
 from dataclasses import dataclass
@@ -7,48 +8,99 @@ from typing import Literal
 import torch
 from torch import nn
 
+from edgeprune.errors import UserInputError
+from edgeprune.quantize.int4_embedding import Int4Embedding
 from edgeprune.quantize.int8_embedding import Int8Embedding
 from edgeprune.registry import Registry
 
-WeightFormat = Literal["fp32", "int8"]
+WeightFormat = Literal["fp32", "fp16", "int8", "int4"]
+Runtime = Literal["executorch", "litert"]
+INT4_GROUP = 32  # 4-bit linear weights share one scale per 32 input columns
 
 
 @dataclass(frozen=True)
 class Recipe:
     name: str
-    linear: WeightFormat  # int8: dynamic int8 activations, per-channel symmetric int8 weights (torchao)
-    embedding: WeightFormat  # int8: per-row symmetric int8 table (Int8Embedding)
-    min_cosine: float  # runtime output vs. this recipe's PyTorch module, worst case over inputs
+    runtime: Runtime
+    linear: WeightFormat  # how linear weights are stored in the artifact
+    embedding: WeightFormat  # how embedding tables are stored in the artifact
+    min_cosine: float  # worst cosine of runtime outputs vs. the PyTorch source over real inputs
     description: str
+    # LiteRT quantizes the converted flatbuffer (ai-edge-quantizer); the PyTorch source stays fp32
+    litert_quantization: Literal["fp16", "dynamic-int8", "static-int8"] | None = None
+
+    @property
+    def needs_calibration(self) -> bool:
+        return self.litert_quantization == "static-int8"
 
     def apply(self, model: nn.Module) -> nn.Module:
-        """A quantized copy of `model`; the original is left untouched."""
+        """The PyTorch module this recipe exports (a quantized copy; the original is left untouched)."""
         quantized = copy.deepcopy(model).eval()
-        if self.embedding == "int8":
-            _replace_embeddings(quantized)
-        if self.linear == "int8":
+        if self.runtime == "litert":
+            return quantized
+        if self.embedding in ("int8", "int4"):
+            _replace_embeddings(quantized, Int8Embedding if self.embedding == "int8" else Int4Embedding)
+        if self.linear in ("int8", "int4"):
             from torchao.quantization import Int8DynamicActivationIntxWeightConfig, quantize_
-            from torchao.quantization.granularity import PerAxis
+            from torchao.quantization.granularity import PerAxis, PerGroup
 
-            quantize_(quantized, Int8DynamicActivationIntxWeightConfig(
-                weight_dtype=torch.int8, weight_granularity=PerAxis(0)))
+            int8 = Int8DynamicActivationIntxWeightConfig(weight_dtype=torch.int8, weight_granularity=PerAxis(0))
+            if self.linear == "int4":
+                int4 = Int8DynamicActivationIntxWeightConfig(weight_dtype=torch.int4,
+                                                             weight_granularity=PerGroup(INT4_GROUP))
+                quantize_(quantized, int4, filter_fn=lambda m, _: _int4_fits(m))
+                # widths that groups of INT4_GROUP do not divide (tiny heads) stay at 8 bits
+                quantize_(quantized, int8, filter_fn=lambda m, _: isinstance(m, nn.Linear) and not _int4_fits(m))
+            else:
+                quantize_(quantized, int8)
         return quantized
 
 
-def _replace_embeddings(model: nn.Module) -> None:
+def _int4_fits(module: nn.Module) -> bool:
+    return isinstance(module, nn.Linear) and module.in_features % INT4_GROUP == 0
+
+
+def _replace_embeddings(model: nn.Module, kind: type[Int8Embedding] | type[Int4Embedding]) -> None:
     for parent in list(model.modules()):
         for name, child in list(parent.named_children()):
             if isinstance(child, nn.Embedding):
-                setattr(parent, name, Int8Embedding.from_embedding(child))
+                setattr(parent, name, kind.from_embedding(child))
 
 
 RECIPES: Registry[Recipe] = Registry("quantization recipe")
 for _recipe in (
-    Recipe("fp32", "fp32", "fp32", 0.99999, "no quantization"),
-    Recipe("int8-linear", "int8", "fp32", 0.999, "int8 linears, fp32 embeddings"),
-    Recipe("int8", "int8", "int8", 0.999, "int8 linears and int8 per-row embedding tables"),
+    Recipe("fp32", "executorch", "fp32", "fp32", 0.99999, "no quantization"),
+    Recipe("int8-linear", "executorch", "int8", "fp32", 0.999,
+           "int8 dynamic activations with per-channel int8 linear weights; fp32 embeddings"),
+    Recipe("int8", "executorch", "int8", "int8", 0.999, "int8 linears and int8 per-row embedding tables"),
+    Recipe("int8-emb4", "executorch", "int8", "int4", 0.999, "int8 linears and 4-bit per-row embedding tables"),
+    Recipe("int4-linear", "executorch", "int4", "int8", 0.99,
+           f"4-bit group-wise (group {INT4_GROUP}) linear weights with int8 dynamic activations; int8 embeddings"),
+    Recipe("litert-fp32", "litert", "fp32", "fp32", 0.99999, "LiteRT, no quantization"),
+    Recipe("litert-fp16", "litert", "fp16", "fp16", 0.9999, "LiteRT, fp16 weights", "fp16"),
+    Recipe("litert-int8", "litert", "int8", "int8", 0.99,
+           "LiteRT dynamic-range int8: per-channel int8 weights, activations quantized at run time", "dynamic-int8"),
+    Recipe("litert-int8-static", "litert", "int8", "int8", 0.95,
+           "LiteRT full int8: int8 weights and activations calibrated on real inputs", "static-int8"),
 ):
     RECIPES.register(_recipe.name)(_recipe)
 
+FP32_RECIPE = {"executorch": "fp32", "litert": "litert-fp32"}
 # the fit loop tries recipes in this order: highest fidelity first, smallest last
-FIT_LADDER = ("int8-linear", "int8")
+FIT_LADDERS: dict[str, tuple[str, ...]] = {
+    "executorch": ("int8-linear", "int8", "int8-emb4", "int4-linear"),
+    "litert": ("litert-fp16", "litert-int8"),
+}
+
+
+def recipes_for(runtime: str) -> list[str]:
+    return [name for name in RECIPES.names() if RECIPES.get(name).runtime == runtime]
+
+
+def recipe_for_runtime(name: str, runtime: str) -> Recipe:
+    """The named recipe, checked to be one `runtime` can execute."""
+    recipe = RECIPES.get(name)
+    if recipe.runtime != runtime:
+        raise UserInputError(f"recipe {name!r} builds a {recipe.runtime} artifact, not {runtime}; "
+                             f"{runtime} recipes: {', '.join(recipes_for(runtime))}")
+    return recipe

@@ -1,42 +1,46 @@
 """Predict an artifact's size from parameter counts and the recipe, before exporting.
 
-Bytes per element by storage: fp32 = 4, int8 = 1 plus a 4-byte fp32 scale per output row (linears)
-or per table row (embeddings). What the file adds on top (program, delegate headers, alignment) is
-`overhead_bytes`, measured from real exports and refined as they come in.
+Bytes per element by storage: fp32 = 4, fp16 = 2, int8 = 1, int4 = 1/2, plus quantization parameters:
+per output row (linears) or table row (embeddings) one fp32 scale in ExecuTorch, and a scale plus an
+int64 zero point in LiteRT's per-channel format; 4-bit linears carry one scale per group of columns.
+What the file adds on top (program, delegate headers, alignment) is `overhead_bytes`, measured from
+real exports and refined as they come in.
 """
 
 from dataclasses import dataclass
 
 from torch import nn
 
-from edgeprune.quantize.recipes import Recipe
+from edgeprune.quantize.recipes import INT4_GROUP, Recipe
 
-FP32_BYTES = 4
-INT8_BYTES = 1
-SCALE_BYTES = 4
+BYTES = {"fp32": 4.0, "fp16": 2.0, "int8": 1.0, "int4": 0.5}
+ROW_PARAMETER_BYTES = {"executorch": 4, "litert": 12}
 
 
 def payload_bytes(model: nn.Module, recipe: Recipe) -> int:
     """Bytes of weights the recipe stores for `model` (an unquantized module)."""
-    total = 0
+    total = 0.0
     counted: set[int] = set()
     for module in model.modules():
-        if isinstance(module, nn.Linear):
+        if isinstance(module, nn.Linear | nn.Embedding):
             rows, cols = module.weight.shape
-            total += _matrix_bytes(rows, cols, recipe.linear)
+            kind = "linear" if isinstance(module, nn.Linear) else "embedding"
+            total += _matrix_bytes(rows, cols, getattr(recipe, kind), kind, recipe.runtime)
             counted.add(id(module.weight))
-        elif isinstance(module, nn.Embedding):
-            rows, cols = module.weight.shape
-            total += _matrix_bytes(rows, cols, recipe.embedding)
-            counted.add(id(module.weight))
-    total += sum(p.numel() * FP32_BYTES for p in model.parameters() if id(p) not in counted)
-    return total
+    other = sum(p.numel() for p in model.parameters() if id(p) not in counted)
+    total += other * (BYTES["fp16"] if recipe.linear == "fp16" else BYTES["fp32"])
+    return int(total)
 
 
-def _matrix_bytes(rows: int, cols: int, fmt: str) -> int:
-    if fmt == "int8":
-        return rows * cols * INT8_BYTES + rows * SCALE_BYTES
-    return rows * cols * FP32_BYTES
+def _matrix_bytes(rows: int, cols: int, fmt: str, kind: str, runtime: str) -> float:
+    if fmt == "int4" and kind == "linear" and cols % INT4_GROUP:
+        fmt = "int8"  # the recipe keeps widths that groups do not divide at 8 bits
+    data = rows * cols * BYTES[fmt]
+    if fmt == "int4" and kind == "linear":
+        return data + rows * -(-cols // INT4_GROUP) * ROW_PARAMETER_BYTES[runtime]
+    if fmt in ("int8", "int4"):
+        return data + rows * ROW_PARAMETER_BYTES[runtime]
+    return data
 
 
 @dataclass

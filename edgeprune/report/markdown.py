@@ -1,6 +1,7 @@
 """report.md: dense vs fitted, side by side, every figure labelled with where it came from."""
 
 import json
+from pathlib import Path
 
 from edgeprune.search.result import BuiltArtifact, FitResult
 
@@ -41,7 +42,7 @@ def render_markdown(result: FitResult) -> str:
         "",
         f"Budget: max {result.budget.max_mb} MB. Elapsed {result.elapsed_s:.0f} s.",
         "",
-        "| | dense (fp32 .pte) | fitted |",
+        f"| | dense ({dense.recipe}, {Path(dense.path).suffix}) | fitted |",
         "|---|---|---|",
         _row("recipe", dense.recipe, fitted.recipe),
         _row("heads kept", str(sum(map(len, dense.plan["kept_heads"]))), str(sum(map(len, fitted.plan["kept_heads"])))),
@@ -56,7 +57,8 @@ def render_markdown(result: FitResult) -> str:
         _row("RSS before load (measured)", _bench(dense, "rss_before_load_mb", "{:.0f} MB"),
              _bench(fitted, "rss_before_load_mb", "{:.0f} MB")),
         _row("memory the artifact adds (peak − before load)", _added_memory(dense), _added_memory(fitted)),
-        _row("test accuracy through ExecuTorch (measured)", _pct(dense.test_accuracy), _pct(fitted.test_accuracy)),
+        _row(f"test accuracy through {result.reproduce['runtime']} (measured)", _pct(dense.test_accuracy),
+             _pct(fitted.test_accuracy)),
         _row("cosine to its PyTorch source (worst of "
              f"{fitted.verification.num_inputs})", f"{dense.verification.min_cosine:.6f}",
              f"{fitted.verification.min_cosine:.6f}"),

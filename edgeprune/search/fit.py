@@ -22,20 +22,20 @@ from torch import nn
 from edgeprune.bench.benchmark import benchmark_local
 from edgeprune.devices import DeviceProfile, load_profile
 from edgeprune.errors import UserInputError
-from edgeprune.export import ExecutorchProgram, content_key, export_executorch, verify_artifact
+from edgeprune.export import RUNTIMES, content_key, export_prepared, load_artifact, verify_artifact
 from edgeprune.importance import HeadScores, score_heads
 from edgeprune.models import adapter_for
 from edgeprune.progress import Progress
 from edgeprune.pruning import PruningPlan, apply_plan, plan_global_topk
-from edgeprune.quantize import FIT_LADDER, RECIPES, Recipe, SizeModel
+from edgeprune.quantize import FIT_LADDERS, FP32_RECIPE, RECIPES, Recipe, SizeModel, recipe_for_runtime
 from edgeprune.report.markdown import render_markdown
 from edgeprune.search.budget import Budget
 from edgeprune.search.result import BuiltArtifact, FitResult, Trial
 from edgeprune.serialization import to_jsonable, write_json_atomic, write_text_atomic
 from edgeprune.tasks import TextClassificationTask
 
-ARTIFACT_NAME = "model.pte"
-BASELINE_NAME = "dense-fp32.pte"
+ARTIFACT_STEM = "model"  # the fitted artifact: model.pte or model.tflite
+BASELINE_STEM = "dense-fp32"
 SIZE_MODEL_SLACK = 1.05  # export anyway when the prediction is within 5 % of the budget
 
 
@@ -45,15 +45,19 @@ class FitOptions:
     scoring_examples: int = 256  # calibration documents used to score heads
     scoring_batch_size: int = 16
     min_heads_per_layer: int = 1
-    recipes: tuple[str, ...] = FIT_LADDER
+    runtime: str | None = None  # None: the device profile's runtime
+    recipes: tuple[str, ...] | None = None  # None: the runtime's ladder, highest fidelity first
     verify_examples: int = 8  # real validation inputs each export is checked on
+    calibration_examples: int = 32  # real inputs for recipes that calibrate activations
     bench_warmup: int = 5
     bench_runs: int = 30
 
     def __post_init__(self) -> None:
-        if not self.recipes:
+        if self.runtime is not None:
+            RUNTIMES.get(self.runtime)
+        if self.recipes is not None and not self.recipes:
             raise UserInputError(f"name at least one recipe; choose from: {', '.join(RECIPES.names())}")
-        for recipe in self.recipes:
+        for recipe in self.recipes or ():
             RECIPES.get(recipe)
         if self.scoring_examples < 1 or self.verify_examples < 1 or self.bench_runs < 20:
             raise UserInputError("need scoring_examples >= 1, verify_examples >= 1 and bench_runs >= 20")
@@ -77,7 +81,7 @@ class _Builder:
     """Prunes, quantizes, exports and verifies candidates, reusing exports by content hash."""
 
     def __init__(self, teacher: nn.Module, scores: HeadScores, task: TextClassificationTask,
-                 options: FitOptions, work: Path, progress: Progress) -> None:
+                 options: FitOptions, work: Path, progress: Progress, runtime: str) -> None:
         self.teacher = teacher
         self.scores = scores
         self.task = task
@@ -87,6 +91,8 @@ class _Builder:
         self.size_model = SizeModel()
         self.example = task.example_inputs("validation", 1)[0]
         self.verify_inputs = task.example_inputs("validation", options.verify_examples)
+        self.calibration = task.example_inputs("calibration", options.calibration_examples)
+        self.suffix = RUNTIMES.get(runtime).suffix
 
     def plan(self, heads_removed: int) -> PruningPlan:
         return plan_global_topk(self.scores, heads_removed, self.options.min_heads_per_layer)
@@ -103,10 +109,11 @@ class _Builder:
         key = content_key(model, recipe.name, self.example)
         self.progress.note(f"{label}: {recipe.name}, {plan.heads_removed} heads removed: quantize, export, verify")
         quantized = recipe.apply(model)
-        exported = export_executorch(quantized, self.example, self.work / file_name,
-                                     cache_dir=self.task.cache_dir / "exports", cache_key=key)
+        exported = export_prepared(quantized, self.example, self.work / file_name, recipe,
+                                   self.calibration if recipe.needs_calibration else (),
+                                   cache_dir=self.task.cache_dir / "exports", cache_key=key)
         self.size_model.observe(model, recipe, exported.size_bytes)
-        program = ExecutorchProgram(exported.path)
+        program = load_artifact(exported.path)
         verification = verify_artifact(quantized, program, self.verify_inputs, recipe.min_cosine,
                                        name=f"{label} ({recipe.name})")
         self.progress.note(
@@ -141,6 +148,9 @@ def fit(
     profile = device if isinstance(device, DeviceProfile) else load_profile(device)
     budget = budget or Budget(max_mb=profile.max_mb)
     options = options or FitOptions()
+    runtime = options.runtime or profile.runtime
+    RUNTIMES.get(runtime)
+    recipes = tuple(recipe_for_runtime(name, runtime).name for name in (options.recipes or FIT_LADDERS[runtime]))
     progress = progress or task.progress
     out = Path(out) if out is not None else default_out_dir()
     work = prepare_out_dir(out)
@@ -159,25 +169,25 @@ def fit(
         scores = raw_scores.normalize_per_layer()
         timings["scoring"] = time.perf_counter() - mark
 
-        builder = _Builder(teacher.model, scores, task, options, work, progress)
+        builder = _Builder(teacher.model, scores, task, options, work, progress, runtime)
         blocks = adapter_for(teacher.model).attention_blocks(teacher.model)
         dense_plan = PruningPlan.dense([b.num_heads for b in blocks])
         mark = time.perf_counter()
-        dense, _ = builder.build(dense_plan, RECIPES.get("fp32"), BASELINE_NAME, "dense baseline")
-        fitted, trials = _search(builder, blocks, budget, options, progress)
+        dense, _ = builder.build(dense_plan, RECIPES.get(FP32_RECIPE[runtime]), BASELINE_STEM + builder.suffix,
+                                 "dense baseline")
+        fitted, trials = _search(builder, blocks, budget, recipes, options.min_heads_per_layer, progress)
         timings["search_and_export"] = time.perf_counter() - mark
 
         mark = time.perf_counter()
         for artifact in (dense, fitted):
-            program = ExecutorchProgram(work / artifact.path)
-            artifact.test_accuracy = task.runtime_accuracy(program, "test")
+            artifact.test_accuracy = task.runtime_accuracy(load_artifact(work / artifact.path), "test")
         timings["evaluation"] = time.perf_counter() - mark
 
         mark = time.perf_counter()
         example = task.example_inputs("validation", 1)[0]
         for artifact in (dense, fitted):  # side by side, same process settings, nothing else running
             progress.note(f"benchmarking {artifact.label} ({options.bench_runs} runs, {profile.threads} threads)")
-            artifact.benchmark = benchmark_local(work / artifact.path, example, profile.threads,
+            artifact.benchmark = benchmark_local(work / artifact.path, example, profile.threads, runtime,
                                                  options.bench_warmup, options.bench_runs, device=profile.name)
         timings["benchmark"] = time.perf_counter() - mark
 
@@ -187,7 +197,7 @@ def fit(
             status="fit" if fits else "budget_not_met", message=message, device=profile.name, budget=budget,
             task=task.describe(), teacher_test_accuracy=teacher.test_accuracy, head_scores=raw_scores.to_dict(),
             dense=dense, fitted=fitted, trials=trials,
-            reproduce=_reproduce(task, profile, budget, options, fitted), out_dir=str(out),
+            reproduce=_reproduce(task, profile, budget, options, fitted, runtime), out_dir=str(out),
             elapsed_s=round(time.perf_counter() - started, 1), timings_s={k: round(v, 1) for k, v in timings.items()},
         )
         write_json_atomic(work / "result.json", to_jsonable(result))
@@ -202,7 +212,7 @@ def fit(
         raise
 
 
-def _search(builder: _Builder, blocks: list, budget: Budget, options: FitOptions,
+def _search(builder: _Builder, blocks: list, budget: Budget, recipes: tuple[str, ...], min_heads_per_layer: int,
             progress: Progress) -> tuple[BuiltArtifact, list[Trial]]:
     """Per recipe, find the fewest heads removed whose real file fits, guided by the size model.
 
@@ -210,13 +220,13 @@ def _search(builder: _Builder, blocks: list, budget: Budget, options: FitOptions
     budget nothing fits; above a count that fits, nothing can be better. The size model picks the
     next count to try and is recalibrated by every real file.
     """
-    removable = sum(max(0, b.num_heads - options.min_heads_per_layer) for b in blocks)
+    removable = sum(max(0, b.num_heads - min_heads_per_layer) for b in blocks)
     step = max(1, len(blocks))  # one head per layer on average per step
     counts = sorted(set(range(0, removable + 1, step)) | {removable})
     trials: list[Trial] = []
     built: dict[tuple[str, int], BuiltArtifact] = {}
     closest: tuple[int, Recipe, int] | None = None  # (size in bytes, recipe, heads removed)
-    for recipe in (RECIPES.get(name) for name in options.recipes):
+    for recipe in (RECIPES.get(name) for name in recipes):
         known_over, known_fit = -1, None
         while True:
             open_counts = [c for c in counts if known_over < c and (known_fit is None or c < known_fit)]
@@ -228,8 +238,8 @@ def _search(builder: _Builder, blocks: list, budget: Budget, options: FitOptions
             if not hopeful:
                 break
             count = hopeful[0]
-            artifact, trial = builder.build(builder.plan(count), recipe, f"candidate-{recipe.name}-{count}.pte",
-                                            "candidate")
+            artifact, trial = builder.build(builder.plan(count), recipe,
+                                            f"candidate-{recipe.name}-{count}{builder.suffix}", "candidate")
             trial.fits = budget.size_fits(artifact.file_bytes)
             trials.append(trial)
             built[(recipe.name, count)] = artifact
@@ -253,12 +263,13 @@ def _search(builder: _Builder, blocks: list, budget: Budget, options: FitOptions
                       f"{predicted_min / 1e6:.2f} MB); next recipe")
         if closest is None or predicted_min < closest[0]:
             closest = (predicted_min, recipe, counts[-1])
-    assert closest is not None, "options.recipes is never empty"
+    assert closest is not None, "recipes is never empty"
     _, recipe, count = closest
     if (recipe.name, count) not in built:
         progress.note(f"nothing fits {budget.max_mb} MB; building the closest candidate ({recipe.name}, "
                       f"{count} heads removed)")
-        artifact, trial = builder.build(builder.plan(count), recipe, f"candidate-{recipe.name}-{count}.pte", "closest")
+        artifact, trial = builder.build(builder.plan(count), recipe, f"candidate-{recipe.name}-{count}{builder.suffix}",
+                                        "closest")
         trial.fits = budget.size_fits(artifact.file_bytes)
         trial.note = "closest: the smallest candidate"
         trials.append(trial)
@@ -269,11 +280,12 @@ def _search(builder: _Builder, blocks: list, budget: Budget, options: FitOptions
 
 
 def _choose(artifact: BuiltArtifact, work: Path) -> BuiltArtifact:
-    """Keep the chosen candidate as model.pte; drop the other candidates' files."""
-    os.replace(work / artifact.path, work / ARTIFACT_NAME)
-    for leftover in work.glob("candidate-*.pte"):
+    """Keep the chosen candidate as model.pte / model.tflite; drop the other candidates' files."""
+    name = ARTIFACT_STEM + Path(artifact.path).suffix
+    os.replace(work / artifact.path, work / name)
+    for leftover in work.glob("candidate-*"):
         leftover.unlink()
-    artifact.path = ARTIFACT_NAME
+    artifact.path = name
     artifact.label = "fitted"
     return artifact
 
@@ -288,7 +300,7 @@ def _summary(fits: bool, fitted: BuiltArtifact, budget: Budget) -> str:
 
 
 def _reproduce(task: TextClassificationTask, profile: DeviceProfile, budget: Budget, options: FitOptions,
-               fitted: BuiltArtifact) -> dict[str, object]:
+               fitted: BuiltArtifact, runtime: str) -> dict[str, object]:
     import torch
     import transformers
 
@@ -300,8 +312,9 @@ def _reproduce(task: TextClassificationTask, profile: DeviceProfile, budget: Bud
         "device": profile.name, "budget": to_jsonable(budget), "options": to_jsonable(options),
         "criterion": options.criterion, "strategy": fitted.plan["strategy"], "scores_normalized_per_layer": True,
         "heads_removed": fitted.plan["heads_removed"], "kept_heads": fitted.plan["kept_heads"],
-        "quantization": fitted.recipe, "runtime": "executorch (XNNPACK delegate)",
+        "quantization": fitted.recipe, "runtime": runtime,
         "versions": {"edgeprune": __version__, "torch": torch.__version__, "executorch": _version("executorch"),
+                     "litert-torch": _version("litert-torch"), "ai-edge-litert": _version("ai-edge-litert"),
                      "transformers": transformers.__version__},
     }
 

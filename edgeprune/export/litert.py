@@ -1,0 +1,75 @@
+"""LiteRT: `litert-torch` converts to `.tflite`, `ai-edge-quantizer` quantizes the flatbuffer, and the
+`ai-edge-litert` interpreter (XNNPACK delegate) runs it. Integer inputs become int32 in the converted
+graph, so the runner casts them."""
+
+import tempfile
+from collections.abc import Sequence
+from pathlib import Path
+
+import numpy as np
+import torch
+from torch import nn
+
+from edgeprune.export.base import DeviceRuntime, RunArtifact
+from edgeprune.quantize.recipes import Recipe
+
+
+class LiteRTProgram:
+    def __init__(self, path: Path, threads: int | None = None) -> None:
+        from ai_edge_litert.interpreter import Interpreter
+
+        self.path = Path(path)
+        self._interpreter = Interpreter(str(self.path), num_threads=threads or 1)
+        self._runner = self._interpreter.get_signature_runner()
+        details = self._runner.get_input_details()
+        # converted signatures name inputs args_0, args_1, ... in call order
+        self._inputs = sorted(details, key=lambda name: int(name.rsplit("_", 1)[-1]))
+        self._dtypes = {name: details[name]["dtype"] for name in self._inputs}
+
+    def __call__(self, *inputs: torch.Tensor) -> list[torch.Tensor]:
+        feed = {name: tensor.numpy().astype(self._dtypes[name]) for name, tensor in zip(self._inputs, inputs,
+                                                                                         strict=True)}
+        outputs = self._runner(**feed)
+        return [torch.from_numpy(np.array(outputs[name])) for name in
+                sorted(outputs, key=lambda name: int(name.rsplit("_", 1)[-1]))]
+
+
+class LiteRTRuntime(DeviceRuntime):
+    name = "litert"
+    suffix = ".tflite"
+
+    def lower(self, module: nn.Module, example_inputs: tuple[torch.Tensor, ...], recipe: Recipe,
+              calibration: Sequence[tuple[torch.Tensor, ...]] = ()) -> bytes:
+        import litert_torch
+
+        with tempfile.TemporaryDirectory(prefix="edgeprune-litert-") as scratch:
+            float_path = Path(scratch) / "model.tflite"
+            litert_torch.convert(module.eval(), example_inputs).export(str(float_path))
+            if recipe.litert_quantization is None:
+                return float_path.read_bytes()
+            return _quantize(float_path, recipe, calibration)
+
+    def load(self, path: Path, threads: int | None = None) -> RunArtifact:
+        return LiteRTProgram(path, threads)
+
+
+def _quantize(float_path: Path, recipe: Recipe, calibration: Sequence[tuple[torch.Tensor, ...]]) -> bytes:
+    from ai_edge_quantizer import quantizer
+    from ai_edge_quantizer import recipe as aeq_recipes
+
+    tool = quantizer.Quantizer(str(float_path))
+    if recipe.litert_quantization == "dynamic-int8":
+        tool.load_quantization_recipe(aeq_recipes.dynamic_wi8_afp32())
+    elif recipe.litert_quantization == "fp16":
+        from ai_edge_quantizer import algorithm_manager, qtyping
+
+        tool.add_weight_only_config(".*", qtyping.TFLOperationName.ALL_SUPPORTED, 16,
+                                    algorithm_key=algorithm_manager.AlgorithmName.FLOAT_CASTING)
+    else:
+        if not calibration:
+            raise ValueError(f"recipe {recipe.name} calibrates activations: pass real calibration inputs")
+        tool.load_quantization_recipe(aeq_recipes.static_wi8_ai8())
+        signature = "serving_default"
+        samples = [{f"args_{i}": t.numpy().astype(np.int32) for i, t in enumerate(args)} for args in calibration]
+        return tool.quantize(tool.calibrate({signature: samples})).quantized_model
+    return tool.quantize().quantized_model
