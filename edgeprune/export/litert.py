@@ -2,8 +2,10 @@
 `ai-edge-litert` interpreter (XNNPACK delegate) runs it. Integer inputs become int32 in the converted
 graph, so the runner casts them."""
 
+import sys
 import tempfile
 from collections.abc import Sequence
+from contextlib import redirect_stdout
 from pathlib import Path
 
 import numpy as np
@@ -42,7 +44,8 @@ class LiteRTRuntime(DeviceRuntime):
               calibration: Sequence[tuple[torch.Tensor, ...]] = ()) -> bytes:
         import litert_torch
 
-        with tempfile.TemporaryDirectory(prefix="edgeprune-litert-") as scratch:
+        # the converter and the quantizer print progress to stdout, which belongs to edgeprune's results
+        with tempfile.TemporaryDirectory(prefix="edgeprune-litert-") as scratch, redirect_stdout(sys.stderr):
             float_path = Path(scratch) / "model.tflite"
             litert_torch.convert(module.eval(), example_inputs).export(str(float_path))
             if recipe.litert_quantization is None:

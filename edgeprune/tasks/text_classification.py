@@ -106,12 +106,20 @@ class TextClassificationTask:
         return [(data["input_ids"][i:i + 1], data["attention_mask"][i:i + 1]) for i in range(count)]
 
     def load_encoder(self) -> nn.Module:
-        from transformers import AutoModel
+        from transformers import AutoConfig, AutoModel
+
+        from edgeprune.models.base import KEPT_HEADS_CONFIG_KEY
+        from edgeprune.models.io import load
 
         try:
-            # no pooler: the task mean-pools, and an unused layer would only inflate counts and files
-            encoder = AutoModel.from_pretrained(self.model_path, dtype=torch.float32, attn_implementation="eager",
-                                                add_pooling_layer=False)
+            if hasattr(AutoConfig.from_pretrained(self.model_path), KEPT_HEADS_CONFIG_KEY):
+                encoder = load(self.model_path)  # pruned by edgeprune: per-layer head counts
+                if getattr(encoder, "pooler", None) is not None:
+                    encoder.pooler = None
+            else:
+                # no pooler: the task mean-pools, and an unused layer would only inflate counts and files
+                encoder = AutoModel.from_pretrained(self.model_path, dtype=torch.float32,
+                                                    attn_implementation="eager", add_pooling_layer=False)
         except (OSError, ValueError) as error:
             raise UserInputError(f"cannot load a model from {self.model_path}: {error}") from None
         adapter_for(encoder)  # fail early with the supported families

@@ -1,0 +1,109 @@
+"""`edgeprune quantize`, `export` and `bench`: recipes, runtime artifacts, and timing them where they run."""
+
+import argparse
+import json
+from pathlib import Path
+
+from edgeprune.cli.common import EXIT_OK, add_task_arguments, task_from
+from edgeprune.errors import UserInputError
+
+
+def add_parsers(verbs: argparse._SubParsersAction) -> None:
+    quantize = verbs.add_parser("quantize", help="quantize the task's model with a recipe; save it for PyTorch")
+    add_task_arguments(quantize)
+    quantize.add_argument("--recipe", default="int8", help="an ExecuTorch recipe (LiteRT quantizes on export)")
+    quantize.add_argument("--out", type=Path, required=True,
+                          help="a .pt2 file: the quantized module as a torch.export program")
+    quantize.set_defaults(run=run_quantize)
+
+    export = verbs.add_parser("export", help="export the task's model for a runtime, verified against PyTorch")
+    add_task_arguments(export)
+    export.add_argument("--runtime", choices=["executorch", "litert"], default="executorch")
+    export.add_argument("--recipe", help="quantization recipe (default: the runtime's fp32)")
+    export.add_argument("--out", type=Path, required=True, help="artifact file (.pte or .tflite)")
+    export.set_defaults(run=run_export)
+
+    bench = verbs.add_parser("bench", help="benchmark an artifact in a separate process on a device")
+    add_task_arguments(bench)
+    bench.add_argument("artifact", type=Path)
+    bench.add_argument("--device", default="host")
+    bench.add_argument("--runtime", choices=["executorch", "litert"], help="default: from the file type")
+    bench.add_argument("--threads", type=int, help="default: the device profile's")
+    bench.add_argument("--runs", type=int, default=30)
+    bench.add_argument("--warmup", type=int, default=5)
+    bench.set_defaults(run=run_bench)
+
+
+def run_quantize(args: argparse.Namespace) -> int:
+    import torch
+
+    from edgeprune.quantize import RECIPES
+    from edgeprune.serialization import write_json_atomic
+
+    recipe = RECIPES.get(args.recipe)
+    if recipe.runtime != "executorch":
+        raise UserInputError(f"{recipe.name} quantizes the converted LiteRT flatbuffer; use "
+                             f"`edgeprune export --runtime litert --recipe {recipe.name}`")
+    if args.out.suffix != ".pt2":
+        raise UserInputError(f"the quantized program is saved as a .pt2 file; got --out {args.out}")
+    task = task_from(args)
+    quantized = recipe.apply(task.teacher().model)
+    program = torch.export.export(quantized, task.example_inputs("validation", 1)[0], strict=False)
+    args.out.parent.mkdir(parents=True, exist_ok=True)
+    partial = args.out.with_name(f".{args.out.name}.partial")
+    torch.export.save(program, partial)
+    partial.replace(args.out)
+    write_json_atomic(args.out.with_suffix(".json"), {"recipe": recipe.name, "task": task.describe()})
+    print(f"wrote {args.out} ({recipe.description}); run it with torch.export.load(path).module()")
+    return EXIT_OK
+
+
+def run_export(args: argparse.Namespace) -> int:
+    from edgeprune.export import RUNTIMES, export_prepared, load_artifact, verify_artifact
+    from edgeprune.quantize import FP32_RECIPE, recipe_for_runtime
+    from edgeprune.serialization import write_json_atomic
+
+    recipe = recipe_for_runtime(args.recipe or FP32_RECIPE[args.runtime], args.runtime)
+    suffix = RUNTIMES.get(args.runtime).suffix
+    if args.out.suffix != suffix:
+        raise UserInputError(f"{args.runtime} artifacts end in {suffix}; got --out {args.out}")
+    task = task_from(args)
+    model = task.teacher().model
+    prepared = recipe.apply(model)
+    calibration = task.example_inputs("calibration", 32) if recipe.needs_calibration else ()
+    task.progress.note(f"exporting with {recipe.name} ({recipe.description})")
+    artifact = export_prepared(prepared, task.example_inputs("validation", 1)[0], args.out, recipe, calibration)
+    try:
+        check = verify_artifact(prepared, load_artifact(args.out), task.example_inputs("validation", 8),
+                                recipe.min_cosine, name=str(args.out))
+    except Exception:
+        args.out.unlink(missing_ok=True)  # a rejected artifact is not left looking like a good one
+        raise
+    accuracy = task.runtime_accuracy(load_artifact(args.out), "validation")
+    summary = {"artifact": str(args.out), "runtime": args.runtime, "recipe": recipe.name,
+               "file_bytes": artifact.size_bytes, "export_seconds": round(artifact.export_seconds, 1),
+               "min_cosine_to_pytorch": check.min_cosine, "max_abs_error": check.max_abs_error,
+               "validation_accuracy": accuracy, "inputs": {"input_ids": [1, task.max_length],
+                                                            "attention_mask": [1, task.max_length]}}
+    write_json_atomic(args.out.with_suffix(args.out.suffix + ".json"), summary)
+    print(json.dumps(summary, indent=2))
+    return EXIT_OK
+
+
+def run_bench(args: argparse.Namespace) -> int:
+    from edgeprune.bench import benchmark_local
+    from edgeprune.devices import load_profile
+    from edgeprune.serialization import to_jsonable
+
+    profile = load_profile(args.device)
+    if not args.artifact.is_file():
+        raise UserInputError(f"artifact {args.artifact} does not exist")
+    if args.artifact.suffix not in (".pte", ".tflite") and args.runtime is None:
+        raise UserInputError(f"cannot tell the runtime of {args.artifact}; pass --runtime executorch|litert")
+    if args.runs < 1 or args.warmup < 0:
+        raise UserInputError("--runs must be at least 1 and --warmup at least 0")
+    task = task_from(args)
+    result = benchmark_local(args.artifact, task.example_inputs("validation", 1)[0], args.threads or profile.threads,
+                             args.runtime, args.warmup, args.runs, device=profile.name)
+    print(json.dumps(to_jsonable(result), indent=2))
+    return EXIT_OK

@@ -1,0 +1,88 @@
+"""`edgeprune score` and `edgeprune prune`: head scores and pruning plans as JSON files."""
+
+import argparse
+from pathlib import Path
+
+from edgeprune.cli.common import EXIT_OK, add_task_arguments, parse_json, read_json, task_from
+from edgeprune.errors import UserInputError
+
+
+def add_parsers(verbs: argparse._SubParsersAction) -> None:
+    score = verbs.add_parser("score", help="score every attention head on the task's calibration data")
+    add_task_arguments(score)
+    score.add_argument("--criterion", default="taylor", help="head importance criterion (default: taylor)")
+    score.add_argument("--examples", type=int, default=256, help="calibration documents to score on")
+    score.add_argument("--out", type=Path, required=True, help="where to write the scores as JSON")
+
+    prune = verbs.add_parser("prune", help="remove heads for real and save the smaller model")
+    prune.add_argument("--model", type=Path, help="the model folder to prune (default: the bundled MiniLM)")
+    source = prune.add_mutually_exclusive_group(required=True)
+    source.add_argument("--scores", type=Path, help="scores JSON written by `edgeprune score`")
+    source.add_argument("--plan", type=Path, help="a plan JSON to apply as it is")
+    prune.add_argument("--strategy", default="global-topk", choices=["global-topk", "per-layer", "threshold"])
+    prune.add_argument("--remove", type=int, help="global-topk: heads to remove in all")
+    prune.add_argument("--remove-per-layer", type=int, help="per-layer: heads to remove from each layer")
+    prune.add_argument("--threshold", type=float, help="threshold: remove heads scoring below this")
+    prune.add_argument("--quantile", type=float, help="threshold: remove heads below this quantile (0..1)")
+    prune.add_argument("--min-heads-per-layer", type=int, default=1)
+    prune.add_argument("--heads-multiple", type=int, default=1, help="round kept heads per layer up to a multiple")
+    prune.add_argument("--no-normalize", action="store_true", help="do not normalize scores per layer first")
+    prune.add_argument("--plan-out", type=Path, help="where to write the plan JSON (default: OUT/plan.json)")
+    prune.add_argument("--out", type=Path, required=True, help="folder for the pruned model")
+
+    score.set_defaults(run=run_score)
+    prune.set_defaults(run=run_prune)
+
+
+def run_score(args: argparse.Namespace) -> int:
+    from edgeprune.importance import CRITERIA, score_heads
+    from edgeprune.serialization import write_json_atomic
+
+    CRITERIA.get(args.criterion)
+    if args.examples < 1:
+        raise UserInputError(f"--examples must be at least 1, got {args.examples}")
+    task = task_from(args)
+    teacher = task.teacher()
+    with task.progress.task(f"scoring heads ({args.criterion})", args.examples) as bar:
+        scores = score_heads(teacher.model, bar.track(task.batches("calibration", 16, limit=args.examples)),
+                             args.criterion)
+    write_json_atomic(args.out, scores.to_dict())
+    print(f"wrote {args.out}: {scores.scores.shape[0]} layers x {scores.scores.shape[1]} heads, "
+          f"criterion {scores.criterion}, {scores.num_examples} examples")
+    return EXIT_OK
+
+
+def run_prune(args: argparse.Namespace) -> int:
+    from edgeprune.importance import HeadScores
+    from edgeprune.models.io import load, save
+    from edgeprune.pruning import Constraints, PruningPlan, apply_plan, plan_global_topk, plan_per_layer, plan_threshold
+    from edgeprune.serialization import write_json_atomic
+    from edgeprune.tasks import minilm_model_path
+
+    model_path = args.model or minilm_model_path()
+    if not model_path.exists():
+        raise UserInputError(f"model path {model_path} does not exist")
+    if args.out.exists() and any(args.out.iterdir()):
+        raise UserInputError(f"output folder {args.out} already exists and is not empty; choose another --out")
+    if args.plan is not None:
+        plan = parse_json(PruningPlan.from_dict, read_json(args.plan, "plan"), args.plan)
+    else:
+        scores = parse_json(HeadScores.from_dict, read_json(args.scores, "scores"), args.scores)
+        if not args.no_normalize:
+            scores = scores.normalize_per_layer()
+        constraints = Constraints(args.min_heads_per_layer, args.heads_multiple)
+        if args.strategy == "global-topk":
+            if args.remove is None:
+                raise UserInputError("global-topk needs --remove N (heads to remove in all)")
+            plan = plan_global_topk(scores, args.remove, constraints=constraints)
+        elif args.strategy == "per-layer":
+            if args.remove_per_layer is None:
+                raise UserInputError("per-layer needs --remove-per-layer K")
+            plan = plan_per_layer(scores, args.remove_per_layer, constraints)
+        else:
+            plan = plan_threshold(scores, args.threshold, args.quantile, constraints)
+    model = apply_plan(load(model_path), plan)
+    write_json_atomic(args.plan_out or args.out / "plan.json", plan.to_dict())
+    save(model, args.out)
+    print(f"removed {plan.heads_removed} of {sum(plan.num_heads)} heads; wrote {args.out}")
+    return EXIT_OK
