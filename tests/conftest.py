@@ -56,7 +56,9 @@ def small_vocab_tokenizer_files(folder: Path, words: int = 2000) -> int:
     vocab = lines[:104] + lines[1996:1996 + words]  # [PAD], [unused], [UNK], [CLS], [SEP], [MASK]; then words
     vocab_file = folder / "vocab.txt"
     vocab_file.write_text("\n".join(vocab) + "\n")
-    BertTokenizerFast(vocab_file=str(vocab_file), do_lower_case=True).save_pretrained(folder)
+    tokenizer = BertTokenizerFast(vocab={token: index for index, token in enumerate(vocab)}, do_lower_case=True)
+    assert len(tokenizer) == len(vocab)
+    tokenizer.save_pretrained(folder)
     return len(vocab)
 
 

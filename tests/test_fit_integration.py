@@ -71,4 +71,19 @@ def test_fit_that_cannot_fit_exits_3_with_the_closest_result(small_bert_dir, tmp
     assert "cannot fit 0.05 MB" in captured.out
     result = json.loads((out / "result.json").read_text())
     assert result["status"] == "budget_not_met" and result["fitted"]["label"] == "closest"
-    assert result["fitted"]["plan"]["heads_removed"] == 6 and result["fitted"]["recipe"] == "int8"
+    assert result["fitted"]["plan"]["heads_removed"] == 6 and result["fitted"]["recipe"] == "int4"  # the smallest
+
+
+def test_fit_with_a_trimmed_vocabulary_ships_the_map_and_measures_through_it(small_bert_dir, tmp_path, capsys):
+    out = tmp_path / "trimmed"
+    code = main(["fit", "--model", str(small_bert_dir), "--max-mb", "5", "--trim-vocab", "--recipe", "int8",
+                 "--out", str(out), "--json", *FAST])
+    result = json.loads(capsys.readouterr().out)
+    assert code == 0 and result["fitted"]["plan"]["heads_removed"] == 0
+    vocabulary = json.loads((out / "vocabulary.json").read_text())
+    kept = len(vocabulary["kept_ids"])
+    assert result["fitted"]["vocabulary_size"] == kept < 2104 and result["dense"]["vocabulary_size"] is None
+    assert 0 <= result["fitted"]["test_accuracy"] <= 1 and result["fitted"]["verification"]["min_cosine"] >= 0.999
+    # the artifact's embedding table has exactly the kept rows: an id past them is out of range
+    run = load_artifact(out / "model.pte")
+    assert run(torch.full((1, 32), kept - 1), torch.ones(1, 32, dtype=torch.long))[0].shape == (1, 5)

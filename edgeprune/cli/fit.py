@@ -18,7 +18,9 @@ def add_parsers(verbs: argparse._SubParsersAction) -> None:
     fit.add_argument("--runtime", choices=["executorch", "litert"], help="default: the device profile's runtime")
     fit.add_argument("--recipe", action="append", help="quantization recipe to use (repeat for a ladder; "
                      "default: the runtime's ladder, highest fidelity first)")
-    fit.add_argument("--criterion", default="gate-gradient", help="head importance criterion")
+    fit.add_argument("--trim-vocab", action="store_true",
+                     help="keep only the embedding rows of tokens the task's data uses; ships vocabulary.json")
+    fit.add_argument("--criterion", default="taylor-output-proj", help="head importance criterion")
     fit.add_argument("--scoring-examples", type=int, default=256, help="calibration documents for scoring")
     fit.add_argument("--max-length", type=int, default=128, help="tokens per input (default: 128)")
     fit.add_argument("--json", action="store_true", help="print result.json to stdout")
@@ -45,7 +47,7 @@ def run_fit(args: argparse.Namespace) -> int:
     task = task_from(args)
     budget = Budget(max_mb=args.max_mb if args.max_mb is not None else profile.max_mb)
     options = FitOptions(criterion=args.criterion, scoring_examples=args.scoring_examples, runtime=runtime,
-                         recipes=tuple(args.recipe) if args.recipe else None)
+                         recipes=tuple(args.recipe) if args.recipe else None, trim_vocabulary=args.trim_vocab)
     result = fit(task, profile, budget, args.out, options, task.progress)
     if args.json:
         print(json.dumps(to_jsonable(result), indent=2))

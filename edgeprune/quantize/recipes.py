@@ -76,6 +76,8 @@ for _recipe in (
     Recipe("int8-emb4", "executorch", "int8", "int4", 0.999, "int8 linears and 4-bit per-row embedding tables"),
     Recipe("int4-linear", "executorch", "int4", "int8", 0.99,
            f"4-bit group-wise (group {INT4_GROUP}) linear weights with int8 dynamic activations; int8 embeddings"),
+    Recipe("int4", "executorch", "int4", "int4", 0.99,
+           f"4-bit group-wise (group {INT4_GROUP}) linear weights and 4-bit per-row embedding tables"),
     Recipe("litert-fp32", "litert", "fp32", "fp32", 0.99999, "LiteRT, no quantization"),
     Recipe("litert-fp16", "litert", "fp16", "fp16", 0.9999, "LiteRT, fp16 weights", "fp16"),
     Recipe("litert-int8", "litert", "int8", "int8", 0.99,
@@ -88,7 +90,7 @@ for _recipe in (
 FP32_RECIPE = {"executorch": "fp32", "litert": "litert-fp32"}
 # the fit loop tries recipes in this order: highest fidelity first, smallest last
 FIT_LADDERS: dict[str, tuple[str, ...]] = {
-    "executorch": ("int8-linear", "int8", "int8-emb4", "int4-linear"),
+    "executorch": ("int8-linear", "int8", "int8-emb4", "int4-linear", "int4"),
     "litert": ("litert-fp16", "litert-int8"),
 }
 

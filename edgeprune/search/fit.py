@@ -17,6 +17,7 @@ from dataclasses import dataclass
 from datetime import datetime
 from pathlib import Path
 
+import torch
 from torch import nn
 
 from edgeprune.bench.benchmark import benchmark_local
@@ -28,6 +29,7 @@ from edgeprune.models import adapter_for
 from edgeprune.progress import Progress
 from edgeprune.pruning import PruningPlan, apply_plan, plan_global_topk
 from edgeprune.quantize import FIT_LADDERS, FP32_RECIPE, RECIPES, Recipe, SizeModel, recipe_for_runtime
+from edgeprune.quantize.vocabulary import VocabularyMap, trim_vocabulary
 from edgeprune.report.markdown import render_markdown
 from edgeprune.search.budget import Budget
 from edgeprune.search.result import BuiltArtifact, FitResult, Trial
@@ -36,12 +38,13 @@ from edgeprune.tasks import TextClassificationTask
 
 ARTIFACT_STEM = "model"  # the fitted artifact: model.pte or model.tflite
 BASELINE_STEM = "dense-fp32"
+VOCABULARY_NAME = "vocabulary.json"  # written when the vocabulary was trimmed: original ids → artifact ids
 SIZE_MODEL_SLACK = 1.05  # export anyway when the prediction is within 5 % of the budget
 
 
 @dataclass
 class FitOptions:
-    criterion: str = "gate-gradient"
+    criterion: str = "taylor-output-proj"  # best gradient criterion one-shot at 50–75 % (benchmarks/criteria.py)
     scoring_examples: int = 256  # calibration documents used to score heads
     scoring_batch_size: int = 16
     min_heads_per_layer: int = 1
@@ -49,6 +52,7 @@ class FitOptions:
     recipes: tuple[str, ...] | None = None  # None: the runtime's ladder, highest fidelity first
     verify_examples: int = 8  # real validation inputs each export is checked on
     calibration_examples: int = 32  # real inputs for recipes that calibrate activations
+    trim_vocabulary: bool = False  # keep only embedding rows of tokens in the calibration and validation data
     bench_warmup: int = 5
     bench_runs: int = 30
 
@@ -81,8 +85,12 @@ class _Builder:
     """Prunes, quantizes, exports and verifies candidates, reusing exports by content hash."""
 
     def __init__(self, teacher: nn.Module, scores: HeadScores, task: TextClassificationTask,
-                 options: FitOptions, work: Path, progress: Progress, runtime: str) -> None:
+                 options: FitOptions, work: Path, progress: Progress, runtime: str,
+                 vocabulary: VocabularyMap | None = None) -> None:
         self.teacher = teacher
+        self.vocabulary = vocabulary
+        # candidates start from the trimmed teacher; the dense baseline keeps the full vocabulary
+        self.source = trim_vocabulary(copy.deepcopy(teacher), vocabulary) if vocabulary else teacher
         self.scores = scores
         self.task = task
         self.options = options
@@ -97,25 +105,34 @@ class _Builder:
     def plan(self, heads_removed: int) -> PruningPlan:
         return plan_global_topk(self.scores, heads_removed, self.options.min_heads_per_layer)
 
-    def pruned(self, plan: PruningPlan) -> nn.Module:
-        return apply_plan(copy.deepcopy(self.teacher), plan)
+    def pruned(self, plan: PruningPlan, baseline: bool = False) -> nn.Module:
+        return apply_plan(copy.deepcopy(self.teacher if baseline else self.source), plan)
 
     def predict(self, plan: PruningPlan, recipe: Recipe) -> int:
         return self.size_model.predict(self.pruned(plan), recipe)
 
-    def build(self, plan: PruningPlan, recipe: Recipe, file_name: str, label: str) -> tuple[BuiltArtifact, Trial]:
-        model = self.pruned(plan)
+    def remap(self, inputs: tuple[torch.Tensor, ...], baseline: bool) -> tuple[torch.Tensor, ...]:
+        """Inputs as the artifact takes them: token ids through the vocabulary map when it was trimmed."""
+        if baseline or self.vocabulary is None:
+            return inputs
+        return (self.vocabulary.apply(inputs[0]), *inputs[1:])
+
+    def build(self, plan: PruningPlan, recipe: Recipe, file_name: str, label: str,
+              baseline: bool = False) -> tuple[BuiltArtifact, Trial]:
+        model = self.pruned(plan, baseline)
         predicted = self.size_model.predict(model, recipe)
-        key = content_key(model, recipe.name, self.example)
+        example = self.remap(self.example, baseline)
+        key = content_key(model, recipe.name, example)
         self.progress.note(f"{label}: {recipe.name}, {plan.heads_removed} heads removed: quantize, export, verify")
         quantized = recipe.apply(model)
-        exported = export_prepared(quantized, self.example, self.work / file_name, recipe,
-                                   self.calibration if recipe.needs_calibration else (),
+        calibration = [self.remap(c, baseline) for c in self.calibration] if recipe.needs_calibration else ()
+        exported = export_prepared(quantized, example, self.work / file_name, recipe, calibration,
                                    cache_dir=self.task.cache_dir / "exports", cache_key=key)
-        self.size_model.observe(model, recipe, exported.size_bytes)
+        if not baseline:  # the baseline's full vocabulary would miscalibrate the candidates' overhead
+            self.size_model.observe(model, recipe, exported.size_bytes)
         program = load_artifact(exported.path)
-        verification = verify_artifact(quantized, program, self.verify_inputs, recipe.min_cosine,
-                                       name=f"{label} ({recipe.name})")
+        verification = verify_artifact(quantized, program, [self.remap(i, baseline) for i in self.verify_inputs],
+                                       recipe.min_cosine, name=f"{label} ({recipe.name})")
         self.progress.note(
             f"  {exported.size_bytes / 1e6:.2f} MB (predicted {predicted / 1e6:.2f}), "
             f"{'cached' if exported.cached else f'exported in {exported.export_seconds:.0f} s'}, "
@@ -125,6 +142,7 @@ class _Builder:
             label=label, recipe=recipe.name, path=file_name, plan=plan.to_dict(),
             parameters=sum(p.numel() for p in model.parameters()), file_bytes=exported.size_bytes,
             predicted_bytes=predicted, verification=verification,
+            vocabulary_size=None if baseline or self.vocabulary is None else len(self.vocabulary.kept_ids),
         )
         trial = Trial(recipe.name, plan.heads_removed, predicted, exported.size_bytes,
                       export_seconds=round(exported.export_seconds, 2), cached_export=exported.cached)
@@ -169,24 +187,33 @@ def fit(
         scores = raw_scores.normalize_per_layer()
         timings["scoring"] = time.perf_counter() - mark
 
-        builder = _Builder(teacher.model, scores, task, options, work, progress, runtime)
+        vocabulary = task.vocabulary() if options.trim_vocabulary else None
+        if vocabulary is not None:
+            progress.note(f"vocabulary trimmed to the {len(vocabulary.kept_ids)} of {vocabulary.original_size} "
+                          "tokens seen in the calibration and validation data (others become the unknown token)")
+        builder = _Builder(teacher.model, scores, task, options, work, progress, runtime, vocabulary)
         blocks = adapter_for(teacher.model).attention_blocks(teacher.model)
         dense_plan = PruningPlan.dense([b.num_heads for b in blocks])
         mark = time.perf_counter()
         dense, _ = builder.build(dense_plan, RECIPES.get(FP32_RECIPE[runtime]), BASELINE_STEM + builder.suffix,
-                                 "dense baseline")
+                                 "dense baseline", baseline=True)
         fitted, trials = _search(builder, blocks, budget, recipes, options.min_heads_per_layer, progress)
         timings["search_and_export"] = time.perf_counter() - mark
 
         mark = time.perf_counter()
+        if vocabulary is not None:
+            vocabulary.save(work / VOCABULARY_NAME)
         for artifact in (dense, fitted):
-            artifact.test_accuracy = task.runtime_accuracy(load_artifact(work / artifact.path), "test")
+            run = load_artifact(work / artifact.path)
+            trimmed = artifact is fitted and vocabulary is not None
+            artifact.test_accuracy = task.runtime_accuracy(
+                (lambda ids, mask, run=run: run(vocabulary.apply(ids), mask)) if trimmed else run, "test")
         timings["evaluation"] = time.perf_counter() - mark
 
         mark = time.perf_counter()
-        example = task.example_inputs("validation", 1)[0]
         for artifact in (dense, fitted):  # side by side, same process settings, nothing else running
             progress.note(f"benchmarking {artifact.label} ({options.bench_runs} runs, {profile.threads} threads)")
+            example = builder.remap(builder.example, baseline=artifact is dense)
             artifact.benchmark = benchmark_local(work / artifact.path, example, profile.threads, runtime,
                                                  options.bench_warmup, options.bench_runs, device=profile.name)
         timings["benchmark"] = time.perf_counter() - mark

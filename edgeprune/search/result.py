@@ -35,6 +35,7 @@ class BuiltArtifact:
     predicted_bytes: int
     verification: Verification
     test_accuracy: float | None = None  # measured through the runtime on the test split
+    vocabulary_size: int | None = None  # rows kept when the vocabulary was trimmed (inputs go through the map)
     benchmark: BenchmarkResult | None = None
 
 

@@ -7,6 +7,7 @@ from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from functools import cached_property
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import torch
 import torch.nn.functional as F
@@ -18,6 +19,9 @@ from edgeprune.models import adapter_for
 from edgeprune.models.classifier import EncoderClassifier
 from edgeprune.progress import Progress
 from edgeprune.serialization import write_bytes_atomic
+
+if TYPE_CHECKING:
+    from edgeprune.quantize.vocabulary import VocabularyMap
 
 os.environ.setdefault("HF_HUB_OFFLINE", "1")  # models come from local folders; never from a hub
 
@@ -104,6 +108,14 @@ class TextClassificationTask:
         """Real inputs at batch 1, the shape artifacts are exported with."""
         data = self.encode(split)
         return [(data["input_ids"][i:i + 1], data["attention_mask"][i:i + 1]) for i in range(count)]
+
+    def vocabulary(self) -> "VocabularyMap":
+        """Tokens of the calibration and validation splits plus the tokenizer's special tokens."""
+        from edgeprune.quantize.vocabulary import vocabulary_from
+
+        seen = torch.cat([self.encode(split)["input_ids"].flatten() for split in ("calibration", "validation")])
+        return vocabulary_from(seen, list(self.tokenizer.all_special_ids), self.tokenizer.unk_token_id,
+                               len(self.tokenizer))
 
     def load_encoder(self) -> nn.Module:
         from transformers import AutoConfig, AutoModel
