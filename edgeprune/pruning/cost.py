@@ -31,8 +31,15 @@ def head_flops(model: nn.Module, layer: int, batch: int, tokens: int) -> int:
 
 def predicted_flops(model: nn.Module, plan: PruningPlan, inputs: dict[str, torch.Tensor]) -> int:
     """FLOPs of `model` after `apply_plan(model, plan)`: measured now, minus what the removed heads cost."""
-    batch, tokens = next(iter(inputs.values())).shape[:2]
-    total = measure_flops(model, inputs)
-    for block, kept in zip(adapter_for(model).attention_blocks(model), plan.kept_heads, strict=True):
+    adapter = adapter_for(model)
+    shapes: list[torch.Size] = []  # what reaches attention: [batch, tokens, ...] (tokens differ from input for ViT)
+    handle = adapter.output_projection(model, 0).register_forward_pre_hook(
+        lambda _module, args: shapes.append(args[0].shape))
+    try:
+        total = measure_flops(model, inputs)
+    finally:
+        handle.remove()
+    batch, tokens = shapes[0][0], shapes[0][1]
+    for block, kept in zip(adapter.attention_blocks(model), plan.kept_heads, strict=True):
         total -= (block.num_heads - len(kept)) * head_flops(model, block.layer, batch, tokens)
     return total
