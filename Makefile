@@ -21,6 +21,9 @@ demo: $(STAMP)
 	$(BIN)/edgeprune fit --device host --max-mb 30
 
 test: $(STAMP)
+	# the transport tests drive a real sshd, ssh client and adb client (Debian packages)
+	(command -v sshd || test -x /usr/sbin/sshd) >/dev/null && command -v ssh >/dev/null && command -v adb >/dev/null || \
+		(apt-get update && apt-get install -y openssh-server openssh-client adb)
 	$(BIN)/python -m pytest -q -rs
 
 test-fast: $(STAMP)

@@ -39,7 +39,6 @@ def main() -> int:
     pruned = apply_plan(copy.deepcopy(teacher), plan_global_topk(scores.normalize_per_layer(), 36))
     example = task.example_inputs("validation", 1)[0]
     verify_inputs = task.example_inputs("validation", 8)
-    calibration = task.example_inputs("calibration", 32)
     work = args.out / "export_matrix"
     work.mkdir(parents=True, exist_ok=True)
     rows = []
@@ -52,8 +51,7 @@ def main() -> int:
             suffix = ".pte" if recipe.runtime == "executorch" else ".tflite"
             path = work / f"{name}-{label.split()[0].replace('%', '')}{suffix}"
             started = time.perf_counter()
-            artifact = export_prepared(prepared, example, path, recipe,
-                                       calibration if recipe.needs_calibration else ())
+            artifact = export_prepared(prepared, example, path, recipe)
             export_s = time.perf_counter() - started
             if label == "dense":
                 sizes.observe(model, recipe, artifact.size_bytes)

@@ -2,7 +2,7 @@
 
 __version__ = "0.1.0"
 
-from edgeprune.bench import BenchmarkResult, benchmark_local  # noqa: E402
+from edgeprune.bench import BenchmarkResult, benchmark_local, benchmark_on  # noqa: E402
 from edgeprune.devices import DeviceProfile, load_profile  # noqa: E402
 from edgeprune.errors import BudgetNotMetError, EdgepruneError, UserInputError, VerificationError  # noqa: E402
 from edgeprune.export import export, load_artifact, verify_artifact  # noqa: E402
@@ -25,6 +25,7 @@ from edgeprune.pruning import (  # noqa: E402
     prune_heads,
 )
 from edgeprune.quantize import quantize  # noqa: E402
+from edgeprune.recovery import DistillConfig, DistillData, DistillResult, distill, prune_and_recover  # noqa: E402
 from edgeprune.search import Budget, FitResult  # noqa: E402
 from edgeprune.search.fit import FitOptions, fit  # noqa: E402
 from edgeprune.tasks import TextClassificationTask, bundled_task  # noqa: E402
@@ -35,5 +36,6 @@ __all__ = [
     "UserInputError", "VerificationError", "apply_plan", "benchmark_local", "bundled_task", "export", "fit",
     "iterative_prune", "learn_head_gates", "load", "load_artifact", "load_profile", "measure_flops", "plan_global_topk",
     "plan_hard_concrete", "plan_per_layer", "plan_threshold", "predicted_flops", "predicted_parameter_count",
-    "prune_heads", "quantize", "save", "score_heads", "score_layers", "verify_artifact",
+    "prune_heads", "quantize", "save", "score_heads", "score_layers", "verify_artifact", "DistillConfig", "DistillData",
+    "DistillResult", "distill", "prune_and_recover", "benchmark_on",
 ]

@@ -27,3 +27,9 @@ class VerificationError(EdgepruneError):
     """An exported artifact disagreed with its PyTorch source beyond the recipe's tolerance."""
 
     exit_code = 4
+
+
+class DeviceUnreachableError(EdgepruneError):
+    """A device could not be reached, refused its host key, or dropped the connection twice. Exit code 5."""
+
+    exit_code = 5

@@ -53,11 +53,10 @@ def test_recipe_exports_an_artifact_that_matches_its_pytorch_source_and_the_size
     recipe = RECIPES.get(name)
     suffix = ".pte" if recipe.runtime == "executorch" else ".tflite"
     inputs = _inputs()
-    calibration = _inputs(8, seed=2) if recipe.needs_calibration else ()
     sizes = SizeModel()
     for index, model in enumerate((_model(), prune_heads(_model(), {0: [0, 1], 1: [2], 2: [1, 3]}))):
         prepared = quantize(model, name)
-        artifact = export_prepared(prepared, inputs[0], tmp_path / f"{index}{suffix}", recipe, calibration)
+        artifact = export_prepared(prepared, inputs[0], tmp_path / f"{index}{suffix}", recipe)
         assert artifact.runtime == recipe.runtime and artifact.recipe == name
         check = verify_artifact(prepared, load_artifact(artifact.path), inputs, recipe.min_cosine)
         assert check.passed and check.num_inputs == 4

@@ -75,6 +75,7 @@ def main() -> int:
     parser.add_argument("--threads", type=int, required=True)
     parser.add_argument("--warmup", type=int, default=5)
     parser.add_argument("--runs", type=int, default=30)
+    parser.add_argument("--out", help="also write the JSON result to this file")
     args = parser.parse_args()
 
     import numpy as np
@@ -117,6 +118,9 @@ def main() -> int:
     }
     json.dump(result, sys.stdout)
     sys.stdout.write("\n")
+    if args.out:
+        with open(args.out, "w") as out:
+            json.dump(result, out)
     return 0
 
 

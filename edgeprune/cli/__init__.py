@@ -4,7 +4,7 @@ import argparse
 import sys
 from collections.abc import Sequence
 
-from edgeprune.cli import artifacts, devices, fit, pruning
+from edgeprune.cli import artifacts, devices, fit, pruning, recovery
 from edgeprune.cli.common import Parser
 from edgeprune.errors import EdgepruneError, UserInputError
 
@@ -12,7 +12,7 @@ from edgeprune.errors import EdgepruneError, UserInputError
 def build_parser() -> argparse.ArgumentParser:
     parser = Parser(prog="edgeprune", description=__doc__)
     verbs = parser.add_subparsers(dest="verb", required=True, parser_class=Parser)
-    for module in (fit, pruning, artifacts, devices):
+    for module in (fit, pruning, recovery, artifacts, devices):
         module.add_parsers(verbs)
     return parser
 

@@ -5,6 +5,7 @@ import json
 from pathlib import Path
 
 from edgeprune.cli.common import EXIT_OK, add_task_arguments, task_from
+from edgeprune.cli.devices import add_connection_arguments, endpoint_from
 from edgeprune.errors import UserInputError
 
 
@@ -26,11 +27,12 @@ def add_parsers(verbs: argparse._SubParsersAction) -> None:
     bench = verbs.add_parser("bench", help="benchmark an artifact in a separate process on a device")
     add_task_arguments(bench)
     bench.add_argument("artifact", type=Path)
-    bench.add_argument("--device", default="host")
+    bench.add_argument("--device", default="host", help="a device profile: its runtime, threads and connection")
     bench.add_argument("--runtime", choices=["executorch", "litert"], help="default: from the file type")
     bench.add_argument("--threads", type=int, help="default: the device profile's")
     bench.add_argument("--runs", type=int, default=30)
     bench.add_argument("--warmup", type=int, default=5)
+    add_connection_arguments(bench)
     bench.set_defaults(run=run_bench)
 
 
@@ -70,9 +72,8 @@ def run_export(args: argparse.Namespace) -> int:
     task = task_from(args)
     model = task.teacher().model
     prepared = recipe.apply(model)
-    calibration = task.example_inputs("calibration", 32) if recipe.needs_calibration else ()
     task.progress.note(f"exporting with {recipe.name} ({recipe.description})")
-    artifact = export_prepared(prepared, task.example_inputs("validation", 1)[0], args.out, recipe, calibration)
+    artifact = export_prepared(prepared, task.example_inputs("validation", 1)[0], args.out, recipe)
     try:
         check = verify_artifact(prepared, load_artifact(args.out), task.example_inputs("validation", 8),
                                 recipe.min_cosine, name=str(args.out))
@@ -91,8 +92,9 @@ def run_export(args: argparse.Namespace) -> int:
 
 
 def run_bench(args: argparse.Namespace) -> int:
-    from edgeprune.bench import benchmark_local
+    from edgeprune.bench import benchmark_on
     from edgeprune.devices import load_profile
+    from edgeprune.devices.transports import open_transport
     from edgeprune.serialization import to_jsonable
 
     profile = load_profile(args.device)
@@ -102,8 +104,12 @@ def run_bench(args: argparse.Namespace) -> int:
         raise UserInputError(f"cannot tell the runtime of {args.artifact}; pass --runtime executorch|litert")
     if args.runs < 1 or args.warmup < 0:
         raise UserInputError("--runs must be at least 1 and --warmup at least 0")
-    task = task_from(args)
-    result = benchmark_local(args.artifact, task.example_inputs("validation", 1)[0], args.threads or profile.threads,
-                             args.runtime, args.warmup, args.runs, device=profile.name)
+    if args.threads is not None and args.threads < 1:
+        raise UserInputError("--threads must be at least 1")
+    with open_transport(endpoint_from(profile, args), profile.python) as transport:
+        transport.workdir  # noqa: B018 - connect now: an unreachable device fails before the model loads
+        task = task_from(args)
+        result = benchmark_on(transport, args.artifact, task.example_inputs("validation", 1)[0], args.runtime,
+                              args.threads or profile.threads, args.warmup, args.runs, device=profile.name)
     print(json.dumps(to_jsonable(result), indent=2))
     return EXIT_OK

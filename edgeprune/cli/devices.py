@@ -1,17 +1,65 @@
-"""`edgeprune devices list|show`: the device profiles edgeprune knows."""
+"""`edgeprune devices list|show|check`: the device profiles edgeprune knows, and whether a device answers."""
 
 import argparse
+import dataclasses
 import json
+import shlex
+import sys
+from pathlib import Path
 
 from edgeprune.cli.common import EXIT_OK
 from edgeprune.errors import UserInputError
 
+EXIT_CHECK_FAILED = 1
+# runs on the device with only its python: versions by distribution name, nothing imported
+PROBE = """import json, sys
+from importlib import metadata
+def version(*names):
+    for name in names:
+        try:
+            return metadata.version(name)
+        except Exception:
+            pass
+print(json.dumps({"python": sys.version.split()[0], "numpy": version("numpy"), "executorch": version("executorch"),
+                  "litert": version("ai-edge-litert", "tflite-runtime")}))
+"""
+
 
 def add_parsers(verbs: argparse._SubParsersAction) -> None:
-    devices = verbs.add_parser("devices", help="device profiles")
-    devices.add_argument("action", choices=["list", "show"])
+    devices = verbs.add_parser("devices", help="device profiles; check that a device answers")
+    devices.add_argument("action", choices=["list", "show", "check"])
     devices.add_argument("name", nargs="?")
+    add_connection_arguments(devices)
     devices.set_defaults(run=run_devices)
+
+
+def add_connection_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--ssh", metavar="USER@HOST[:PORT]", help="reach the device over ssh here instead of "
+                        "the profile's connection")
+    parser.add_argument("--identity", type=Path, help="ssh private key (default: your ssh config and agent)")
+    parser.add_argument("--trust-on-first-use", action="store_true",
+                        help="accept and record an unknown ssh host key (a changed key is still refused)")
+
+
+def endpoint_from(profile, args: argparse.Namespace):  # noqa: ANN001, ANN201 - DeviceProfile -> Endpoint
+    """The profile's connection with the command line's --ssh, --identity and --trust-on-first-use applied."""
+    from edgeprune.devices.transports.ssh import parse_target
+
+    endpoint = profile.endpoint
+    if args.ssh:
+        user, host, port = parse_target(args.ssh)
+        keep = endpoint if endpoint.kind == "ssh" else type(endpoint)()
+        endpoint = dataclasses.replace(keep, kind="ssh", user=user, host=host, port=port)
+    elif (args.identity or args.trust_on_first_use) and endpoint.kind != "ssh":
+        raise UserInputError(f"--identity and --trust-on-first-use are for ssh; device {profile.name} connects "
+                             f"over {endpoint.kind} (pass --ssh USER@HOST)")
+    if args.identity:
+        if not args.identity.expanduser().is_file():
+            raise UserInputError(f"--identity {args.identity} does not exist")
+        endpoint = dataclasses.replace(endpoint, key=str(args.identity.expanduser()))
+    if args.trust_on_first_use:
+        endpoint = dataclasses.replace(endpoint, trust_on_first_use=True)
+    return endpoint
 
 
 def run_devices(args: argparse.Namespace) -> int:
@@ -19,11 +67,52 @@ def run_devices(args: argparse.Namespace) -> int:
     from edgeprune.serialization import to_jsonable
 
     if args.action == "list":
-        for name in known_devices():
+        for name in sorted(known_devices(), key=lambda name: (name != "host", name)):  # this machine first
             profile = load_profile(name)
             print(f"{name}\t{profile.runtime}\t{profile.connection}\t{profile.description}")
         return EXIT_OK
     if not args.name:
-        raise UserInputError("devices show needs a device name, e.g. edgeprune devices show host")
-    print(json.dumps(to_jsonable(load_profile(args.name)), indent=2))
-    return EXIT_OK
+        raise UserInputError(f"devices {args.action} needs a device name, e.g. edgeprune devices {args.action} host")
+    profile = load_profile(args.name)
+    if args.action == "show":
+        print(json.dumps(to_jsonable(profile), indent=2))
+        return EXIT_OK
+    report = check_device(profile, endpoint_from(profile, args))
+    print(json.dumps(report, indent=2))
+    return EXIT_OK if report["ok"] else EXIT_CHECK_FAILED
+
+
+def check_device(profile, endpoint) -> dict:  # noqa: ANN001 - DeviceProfile, Endpoint
+    """Connect and report arch, cores, RAM, python and runtimes; `problems` lists what differs from the profile."""
+    from edgeprune.devices.transports import open_transport
+
+    with open_transport(endpoint, profile.python) as transport:
+        python = shlex.quote(transport.python)
+        script = (f"uname -m; getconf _NPROCESSORS_ONLN 2>/dev/null || nproc; "
+                  f"awk '/^MemTotal:/ {{print int($2 / 1024)}}' /proc/meminfo; "
+                  f"command -v {python} || echo missing; {python} -c {shlex.quote(PROBE)} 2>/dev/null || echo null")
+        done = transport.run(["sh", "-c", script], timeout_s=120)
+        label = transport.label
+    lines = done.stdout.strip().splitlines()
+    if done.exit_code != 0 or len(lines) < 5:
+        answer = (done.stderr or done.stdout)[-300:]
+        raise UserInputError(f"{label} did not answer the probe as a Linux shell: {answer}")
+    arch, cores, ram_mb, python_path = lines[0].strip(), int(lines[1]), int(lines[2]), lines[3].strip()
+    versions = json.loads(lines[-1]) or {}
+    runtimes = {"executorch": versions.get("executorch"), "litert": versions.get("litert")}
+    problems = []
+    if arch != profile.arch:
+        problems.append(f"arch is {arch}, the profile says {profile.arch}")
+    if cores != profile.cores:
+        problems.append(f"{cores} cores online, the profile says {profile.cores}")
+    if not versions:
+        problems.append(f"no working python at {transport.python} (set runtime.python in the profile)")
+    elif not runtimes[profile.runtime]:
+        problems.append(f"the profile's runtime {profile.runtime} is not installed for {python_path}")
+    elif not versions.get("numpy"):
+        problems.append(f"numpy, which the benchmark runner needs, is not installed for {python_path}")
+    for problem in problems:
+        sys.stderr.write(f"edgeprune: {profile.name}: {problem}\n")
+    return {"device": profile.name, "connection": label, "arch": arch, "cores": cores, "ram_mb": ram_mb,
+            "python": versions.get("python"), "python_path": None if python_path == "missing" else python_path,
+            "numpy": versions.get("numpy"), "runtimes": runtimes, "ok": not problems, "problems": problems}

@@ -1,5 +1,5 @@
-"""Device profiles (and, later, transports to reach devices)."""
+"""Device profiles and the transports that reach devices."""
 
-from edgeprune.devices.profile import DeviceProfile, known_devices, load_profile, profile_dirs
+from edgeprune.devices.profile import DeviceProfile, Endpoint, known_devices, load_profile, profile_dirs
 
-__all__ = ["DeviceProfile", "known_devices", "load_profile", "profile_dirs"]
+__all__ = ["DeviceProfile", "Endpoint", "known_devices", "load_profile", "profile_dirs"]

@@ -1,23 +1,90 @@
-"""Device profiles: TOML files that state a device's hardware, runtime, budgets and connection."""
+"""Device profiles: TOML files that state a device's hardware, runtime, budgets, power and connection."""
 
 import os
 import sys
 import tomllib
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 from edgeprune.errors import UserInputError
 
-SCHEMA: dict[str, dict[str, type | tuple[type, ...]]] = {
-    "": {"name": str, "description": str},
-    "hardware": {"arch": str, "cores": int, "ram_mb": int},
-    "runtime": {"name": str, "threads": int},
-    "budgets": {"max_mb": (int, float)},
-    "connection": {"kind": str},
+NUMBER = (int, float)
+SUPPORTED_ARCHES = ("x86_64", "aarch64", "armv7l")
+SUPPORTED_RUNTIMES = ("executorch", "litert")
+SUPPORTED_CONNECTIONS = ("local", "ssh", "adb")
+SUPPORTED_SENSORS = ("vcgencmd", "ina3221", "tegrastats", "battery")
+
+
+@dataclass(frozen=True)
+class Key:
+    types: type | tuple[type, ...]
+    required: bool = True
+    choices: tuple[str, ...] = ()
+    positive: bool = False
+
+
+SCHEMA: dict[str, dict[str, Key]] = {
+    "": {"name": Key(str), "description": Key(str)},
+    "hardware": {
+        "arch": Key(str, choices=SUPPORTED_ARCHES), "cores": Key(int, positive=True),
+        "ram_mb": Key(int, positive=True), "max_mhz": Key(int, False, positive=True),
+        "peak_gflops": Key(NUMBER, False, positive=True), "mem_bandwidth_gbs": Key(NUMBER, False, positive=True),
+        "clusters": Key(list, False),
+    },
+    "runtime": {"name": Key(str, choices=SUPPORTED_RUNTIMES), "threads": Key(int, positive=True),
+                "python": Key(str, False)},
+    "budgets": {"max_mb": Key(NUMBER, False, positive=True), "max_memory_mb": Key(NUMBER, False, positive=True),
+                "max_latency_ms": Key(NUMBER, False, positive=True),
+                "max_energy_mj": Key(NUMBER, False, positive=True)},
+    "power": {"idle_w": Key(NUMBER, positive=True), "active_w": Key(NUMBER, positive=True),
+              "sensor": Key(str, False, choices=SUPPORTED_SENSORS)},
+    "connection": {
+        "kind": Key(str, choices=SUPPORTED_CONNECTIONS), "host": Key(str, False), "user": Key(str, False),
+        "port": Key(int, False, positive=True), "key": Key(str, False), "known_hosts": Key(str, False),
+        "trust_on_first_use": Key(bool, False), "connect_timeout_s": Key(NUMBER, False, positive=True),
+        "serial": Key(str, False), "adb_port": Key(int, False, positive=True),
+    },
 }
-SUPPORTED_RUNTIMES = ("executorch",)
-SUPPORTED_CONNECTIONS = ("local",)
+OPTIONAL_TABLES = ("power",)
+CLUSTER_SCHEMA = {"name": Key(str), "cpus": Key(list), "max_mhz": Key(int, positive=True)}
+# keys of [connection] beyond `kind` that each kind accepts, and those it needs
+CONNECTION_KEYS = {
+    "local": ((), ()),
+    "ssh": (("host", "user", "port", "key", "known_hosts", "trust_on_first_use", "connect_timeout_s"),
+            ("host", "user")),
+    "adb": (("serial", "adb_port", "connect_timeout_s"), ("serial",)),
+}
+
+
+@dataclass(frozen=True)
+class Cluster:
+    name: str
+    cpus: tuple[int, ...]
+    max_mhz: int
+
+
+@dataclass(frozen=True)
+class PowerModel:
+    idle_w: float
+    active_w: float
+    sensor: str | None = None  # how to measure instead of estimate, when the board has one
+
+
+@dataclass(frozen=True)
+class Endpoint:
+    """How to reach a device: `local`, `ssh` (host, user, port, key) or `adb` (serial, server port)."""
+
+    kind: str = "local"
+    host: str | None = None
+    user: str | None = None
+    port: int = 22
+    key: str | None = None  # identity file; None leaves it to the ssh config and agent
+    known_hosts: str | None = None  # None: the ssh config's (usually ~/.ssh/known_hosts)
+    trust_on_first_use: bool = False
+    connect_timeout_s: float = 10.0
+    serial: str | None = None
+    adb_port: int = 5037
 
 
 @dataclass(frozen=True)
@@ -32,6 +99,16 @@ class DeviceProfile:
     max_mb: float | None
     connection: str
     source: Path
+    max_mhz: int | None = None
+    peak_gflops: float | None = None
+    mem_bandwidth_gbs: float | None = None
+    clusters: tuple[Cluster, ...] = ()
+    python: str | None = None  # the runner's interpreter; None: python3 on a device, this one locally
+    max_memory_mb: float | None = None
+    max_latency_ms: float | None = None
+    max_energy_mj: float | None = None
+    power: PowerModel | None = None
+    endpoint: Endpoint = field(default_factory=Endpoint)
 
 
 def profile_dirs() -> list[Path]:
@@ -68,6 +145,73 @@ def load_profile(name_or_path: str) -> DeviceProfile:
     raise UserInputError(f"unknown device {name_or_path!r}; known devices: {known} (or pass a path to a .toml profile)")
 
 
+def _type_name(types: type | tuple[type, ...]) -> str:
+    names = {int: "an integer", float: "a number", str: "a string", bool: "true or false", list: "an array"}
+    if types == NUMBER:
+        return "a number"
+    return names.get(types, str(types)) if isinstance(types, type) else " or ".join(names[t] for t in types)
+
+
+def _check_section(path: Path, table: str, section: dict, schema: dict[str, Key], skip: tuple = ()) -> None:
+    scope = f"[{table}]" if table else "the top level"
+    for key, value in section.items():
+        if key in skip:
+            continue
+        where = f"{table}.{key}" if table else key
+        if key not in schema:
+            raise UserInputError(f"{path}: unknown key {where!r}; allowed in {scope}: {', '.join(schema)}")
+        spec = schema[key]
+        is_bool = isinstance(value, bool)
+        if not isinstance(value, spec.types) or is_bool != (spec.types is bool):
+            raise UserInputError(f"{path}: {where} = {value!r} has the wrong type; expected {_type_name(spec.types)}")
+        if spec.choices and value not in spec.choices:
+            raise UserInputError(f"{path}: {where} = {value!r}; supported: {', '.join(spec.choices)}")
+        if spec.positive and value <= 0:
+            raise UserInputError(f"{path}: {where} = {value} must be positive")
+    missing = [k for k, spec in schema.items() if spec.required and k not in section]
+    if missing:
+        raise UserInputError(f"{path}: missing {', '.join(f'{table}.{k}' if table else k for k in missing)}")
+
+
+def _clusters(path: Path, raw: list, cores: int) -> tuple[Cluster, ...]:
+    clusters, seen = [], set()
+    for index, item in enumerate(raw):
+        where = f"hardware.clusters[{index}]"
+        if not isinstance(item, dict):
+            raise UserInputError(f"{path}: {where} must be a table with keys {', '.join(CLUSTER_SCHEMA)}")
+        _check_section(path, where, item, CLUSTER_SCHEMA)
+        cpus = item["cpus"]
+        if not cpus or not all(isinstance(c, int) and not isinstance(c, bool) and 0 <= c < cores for c in cpus):
+            raise UserInputError(f"{path}: {where}.cpus = {cpus!r}; expected CPU numbers from 0 to {cores - 1}")
+        if seen & set(cpus):
+            raise UserInputError(f"{path}: {where}.cpus = {cpus!r} repeats CPUs of an earlier cluster")
+        seen |= set(cpus)
+        clusters.append(Cluster(item["name"], tuple(cpus), item["max_mhz"]))
+    if clusters and len(seen) != cores:
+        raise UserInputError(f"{path}: hardware.clusters cover {len(seen)} CPUs but hardware.cores = {cores}")
+    return tuple(clusters)
+
+
+def _endpoint(path: Path, section: dict) -> Endpoint:
+    kind = section["kind"]
+    allowed, needed = CONNECTION_KEYS[kind]
+    for key in section:
+        if key != "kind" and key not in allowed:
+            owners = [k for k, (keys, _) in CONNECTION_KEYS.items() if key in keys]
+            raise UserInputError(f"{path}: connection.{key} does not apply to kind = {kind!r} (it is for "
+                                 f"{' or '.join(repr(o) for o in owners)}); allowed: {', '.join(allowed) or 'none'}")
+    missing = [k for k in needed if k not in section]
+    if missing:
+        raise UserInputError(f"{path}: kind = {kind!r} needs {', '.join(f'connection.{k}' for k in missing)}")
+    options = {k: v for k, v in section.items() if k != "kind"}
+    for key in ("key", "known_hosts"):
+        if key in options:
+            options[key] = str(Path(options[key]).expanduser())
+    if "connect_timeout_s" in options:
+        options["connect_timeout_s"] = float(options["connect_timeout_s"])
+    return Endpoint(kind=kind, **options)
+
+
 def _parse(path: Path) -> DeviceProfile:
     try:
         data = tomllib.loads(path.read_text())
@@ -77,36 +221,36 @@ def _parse(path: Path) -> DeviceProfile:
     for key, value in data.items():
         if isinstance(value, dict) and key not in SCHEMA:
             raise UserInputError(f"{path}: unknown table [{key}]; allowed tables: {', '.join(tables)}")
-    for table, fields in SCHEMA.items():
+    for table, keys in SCHEMA.items():
         section = data if not table else data.get(table)
         if section is None:
-            raise UserInputError(f"{path}: missing table [{table}] with keys {', '.join(fields)}")
-        for key, value in section.items():
-            if not table and key in SCHEMA:
+            if table in OPTIONAL_TABLES:
                 continue
-            where = f"{table}.{key}" if table else key
-            if key not in fields:
-                scope = f"[{table}]" if table else "the top level"
-                raise UserInputError(f"{path}: unknown key {where!r}; allowed in {scope}: {', '.join(fields)}")
-            if not isinstance(value, fields[key]) or isinstance(value, bool):
-                raise UserInputError(f"{path}: {where} = {value!r} has the wrong type")
-        optional = table == "budgets"  # budgets may be left to the command line
-        missing = [k for k in fields if k not in section and not optional]
-        if missing:
-            raise UserInputError(f"{path}: missing {', '.join(f'{table}.{k}' if table else k for k in missing)}")
-    runtime, connection = data["runtime"]["name"], data["connection"]["kind"]
-    if runtime not in SUPPORTED_RUNTIMES:
-        raise UserInputError(f"{path}: runtime.name = {runtime!r}; supported: {', '.join(SUPPORTED_RUNTIMES)}")
-    if connection not in SUPPORTED_CONNECTIONS:
-        raise UserInputError(f"{path}: connection.kind = {connection!r}; supported: {', '.join(SUPPORTED_CONNECTIONS)}")
-    for where, value in (("hardware.cores", data["hardware"]["cores"]), ("runtime.threads", data["runtime"]["threads"]),
-                         ("budgets.max_mb", data["budgets"].get("max_mb", 1))):
-        if value <= 0:
-            raise UserInputError(f"{path}: {where} = {value} must be positive")
-    max_mb: Any = data["budgets"].get("max_mb")
+            raise UserInputError(f"{path}: missing table [{table}] with keys {', '.join(keys)}")
+        _check_section(path, table, section, keys, skip=tuple(tables) if not table else ())
+    hardware, runtime, budgets = data["hardware"], data["runtime"], data["budgets"]
+    if runtime["threads"] > hardware["cores"]:
+        raise UserInputError(f"{path}: runtime.threads = {runtime['threads']} exceeds hardware.cores = "
+                             f"{hardware['cores']}")
+    power: PowerModel | None = None
+    if "power" in data:
+        idle, active = data["power"]["idle_w"], data["power"]["active_w"]
+        if active < idle:
+            raise UserInputError(f"{path}: power.active_w = {active} is below power.idle_w = {idle}")
+        power = PowerModel(float(idle), float(active), data["power"].get("sensor"))
+
+    def number(section: dict, key: str) -> Any:
+        return None if key not in section else float(section[key])
+
     return DeviceProfile(
-        name=data["name"], description=data["description"], arch=data["hardware"]["arch"],
-        cores=data["hardware"]["cores"], ram_mb=data["hardware"]["ram_mb"], runtime=runtime,
-        threads=data["runtime"]["threads"], max_mb=None if max_mb is None else float(max_mb),
-        connection=connection, source=path,
+        name=data["name"], description=data["description"], arch=hardware["arch"],
+        cores=hardware["cores"], ram_mb=hardware["ram_mb"], runtime=runtime["name"],
+        threads=runtime["threads"], max_mb=number(budgets, "max_mb"),
+        connection=data["connection"]["kind"], source=path,
+        max_mhz=hardware.get("max_mhz"), peak_gflops=number(hardware, "peak_gflops"),
+        mem_bandwidth_gbs=number(hardware, "mem_bandwidth_gbs"),
+        clusters=_clusters(path, hardware.get("clusters", []), hardware["cores"]),
+        python=runtime.get("python"), max_memory_mb=number(budgets, "max_memory_mb"),
+        max_latency_ms=number(budgets, "max_latency_ms"), max_energy_mj=number(budgets, "max_energy_mj"),
+        power=power, endpoint=_endpoint(path, data["connection"]),
     )

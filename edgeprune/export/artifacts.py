@@ -2,7 +2,6 @@
 
 import hashlib
 import time
-from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -48,7 +47,6 @@ def export(
     example_inputs: tuple[torch.Tensor, ...],
     path: Path,
     recipe: str | Recipe = "fp32",
-    calibration: Sequence[tuple[torch.Tensor, ...]] = (),
     cache_dir: Path | None = None,
     cache_key: str | None = None,
 ) -> ExportedArtifact:
@@ -57,7 +55,7 @@ def export(
     With `cache_dir` and `cache_key` (see `content_key`), an identical earlier export is reused.
     """
     recipe = RECIPES.get(recipe) if isinstance(recipe, str) else recipe
-    return export_prepared(recipe.apply(module), example_inputs, path, recipe, calibration, cache_dir, cache_key)
+    return export_prepared(recipe.apply(module), example_inputs, path, recipe, cache_dir, cache_key)
 
 
 def export_prepared(
@@ -65,7 +63,6 @@ def export_prepared(
     example_inputs: tuple[torch.Tensor, ...],
     path: Path,
     recipe: Recipe,
-    calibration: Sequence[tuple[torch.Tensor, ...]] = (),
     cache_dir: Path | None = None,
     cache_key: str | None = None,
 ) -> ExportedArtifact:
@@ -76,7 +73,7 @@ def export_prepared(
     if cached_file is not None and cached_file.exists():
         data, cached = cached_file.read_bytes(), True
     else:
-        data, cached = runtime.lower(prepared, example_inputs, recipe, calibration), False
+        data, cached = runtime.lower(prepared, example_inputs, recipe), False
         if cached_file is not None:
             write_bytes_atomic(cached_file, data)
     write_bytes_atomic(Path(path), data)

@@ -1,7 +1,7 @@
 """The interface every runtime implements: lower a module to bytes, load an artifact to run it."""
 
 from abc import ABC, abstractmethod
-from collections.abc import Callable, Sequence
+from collections.abc import Callable
 from pathlib import Path
 
 import torch
@@ -17,8 +17,7 @@ class DeviceRuntime(ABC):
     suffix: str = ""  # artifact file extension
 
     @abstractmethod
-    def lower(self, module: nn.Module, example_inputs: tuple[torch.Tensor, ...], recipe: Recipe,
-              calibration: Sequence[tuple[torch.Tensor, ...]] = ()) -> bytes:
+    def lower(self, module: nn.Module, example_inputs: tuple[torch.Tensor, ...], recipe: Recipe) -> bytes:
         """The artifact's bytes for `module` (already quantized by `recipe.apply` where that applies)."""
 
     @abstractmethod

@@ -1,7 +1,6 @@
 """ExecuTorch with the XNNPACK delegate: `.pte` programs run by the ExecuTorch Python runtime."""
 
 import os
-from collections.abc import Sequence
 from pathlib import Path
 
 import torch
@@ -41,8 +40,7 @@ class ExecutorchRuntime(DeviceRuntime):
     name = "executorch"
     suffix = ".pte"
 
-    def lower(self, module: nn.Module, example_inputs: tuple[torch.Tensor, ...], recipe: Recipe,
-              calibration: Sequence[tuple[torch.Tensor, ...]] = ()) -> bytes:
+    def lower(self, module: nn.Module, example_inputs: tuple[torch.Tensor, ...], recipe: Recipe) -> bytes:
         from executorch.backends.xnnpack.partition.xnnpack_partitioner import XnnpackPartitioner
         from executorch.exir import to_edge_transform_and_lower
 

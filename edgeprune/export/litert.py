@@ -4,7 +4,6 @@ graph, so the runner casts them."""
 
 import sys
 import tempfile
-from collections.abc import Sequence
 from contextlib import redirect_stdout
 from pathlib import Path
 
@@ -40,8 +39,7 @@ class LiteRTRuntime(DeviceRuntime):
     name = "litert"
     suffix = ".tflite"
 
-    def lower(self, module: nn.Module, example_inputs: tuple[torch.Tensor, ...], recipe: Recipe,
-              calibration: Sequence[tuple[torch.Tensor, ...]] = ()) -> bytes:
+    def lower(self, module: nn.Module, example_inputs: tuple[torch.Tensor, ...], recipe: Recipe) -> bytes:
         import litert_torch
 
         # the converter and the quantizer print progress to stdout, which belongs to edgeprune's results
@@ -50,29 +48,20 @@ class LiteRTRuntime(DeviceRuntime):
             litert_torch.convert(module.eval(), example_inputs).export(str(float_path))
             if recipe.litert_quantization is None:
                 return float_path.read_bytes()
-            return _quantize(float_path, recipe, calibration)
+            return _quantize(float_path, recipe)
 
     def load(self, path: Path, threads: int | None = None) -> RunArtifact:
         return LiteRTProgram(path, threads)
 
 
-def _quantize(float_path: Path, recipe: Recipe, calibration: Sequence[tuple[torch.Tensor, ...]]) -> bytes:
-    from ai_edge_quantizer import quantizer
+def _quantize(float_path: Path, recipe: Recipe) -> bytes:
+    from ai_edge_quantizer import algorithm_manager, qtyping, quantizer
     from ai_edge_quantizer import recipe as aeq_recipes
 
     tool = quantizer.Quantizer(str(float_path))
     if recipe.litert_quantization == "dynamic-int8":
         tool.load_quantization_recipe(aeq_recipes.dynamic_wi8_afp32())
-    elif recipe.litert_quantization == "fp16":
-        from ai_edge_quantizer import algorithm_manager, qtyping
-
+    else:
         tool.add_weight_only_config(".*", qtyping.TFLOperationName.ALL_SUPPORTED, 16,
                                     algorithm_key=algorithm_manager.AlgorithmName.FLOAT_CASTING)
-    else:
-        if not calibration:
-            raise ValueError(f"recipe {recipe.name} calibrates activations: pass real calibration inputs")
-        tool.load_quantization_recipe(aeq_recipes.static_wi8_ai8())
-        signature = "serving_default"
-        samples = [{f"args_{i}": t.numpy().astype(np.int32) for i, t in enumerate(args)} for args in calibration]
-        return tool.quantize(tool.calibrate({signature: samples})).quantized_model
     return tool.quantize().quantized_model

@@ -20,8 +20,9 @@ from pathlib import Path
 import torch
 from torch import nn
 
-from edgeprune.bench.benchmark import benchmark_local
+from edgeprune.bench.benchmark import benchmark_on
 from edgeprune.devices import DeviceProfile, load_profile
+from edgeprune.devices.transports.base import open_transport
 from edgeprune.errors import UserInputError
 from edgeprune.export import RUNTIMES, content_key, export_prepared, load_artifact, verify_artifact
 from edgeprune.importance import HeadScores, score_heads
@@ -51,7 +52,6 @@ class FitOptions:
     runtime: str | None = None  # None: the device profile's runtime
     recipes: tuple[str, ...] | None = None  # None: the runtime's ladder, highest fidelity first
     verify_examples: int = 8  # real validation inputs each export is checked on
-    calibration_examples: int = 32  # real inputs for recipes that calibrate activations
     trim_vocabulary: bool = False  # keep only embedding rows of tokens in the calibration and validation data
     bench_warmup: int = 5
     bench_runs: int = 30
@@ -99,7 +99,6 @@ class _Builder:
         self.size_model = SizeModel()
         self.example = task.example_inputs("validation", 1)[0]
         self.verify_inputs = task.example_inputs("validation", options.verify_examples)
-        self.calibration = task.example_inputs("calibration", options.calibration_examples)
         self.suffix = RUNTIMES.get(runtime).suffix
 
     def plan(self, heads_removed: int) -> PruningPlan:
@@ -125,8 +124,7 @@ class _Builder:
         key = content_key(model, recipe.name, example)
         self.progress.note(f"{label}: {recipe.name}, {plan.heads_removed} heads removed: quantize, export, verify")
         quantized = recipe.apply(model)
-        calibration = [self.remap(c, baseline) for c in self.calibration] if recipe.needs_calibration else ()
-        exported = export_prepared(quantized, example, self.work / file_name, recipe, calibration,
+        exported = export_prepared(quantized, example, self.work / file_name, recipe,
                                    cache_dir=self.task.cache_dir / "exports", cache_key=key)
         if not baseline:  # the baseline's full vocabulary would miscalibrate the candidates' overhead
             self.size_model.observe(model, recipe, exported.size_bytes)
@@ -211,11 +209,14 @@ def fit(
         timings["evaluation"] = time.perf_counter() - mark
 
         mark = time.perf_counter()
-        for artifact in (dense, fitted):  # side by side, same process settings, nothing else running
-            progress.note(f"benchmarking {artifact.label} ({options.bench_runs} runs, {profile.threads} threads)")
-            example = builder.remap(builder.example, baseline=artifact is dense)
-            artifact.benchmark = benchmark_local(work / artifact.path, example, profile.threads, runtime,
-                                                 options.bench_warmup, options.bench_runs, device=profile.name)
+        with open_transport(profile.endpoint, profile.python) as device_link:
+            for artifact in (dense, fitted):  # side by side, same settings, on the profile's device
+                progress.note(f"benchmarking {artifact.label} on {profile.name} ({options.bench_runs} runs, "
+                              f"{profile.threads} threads)")
+                example = builder.remap(builder.example, baseline=artifact is dense)
+                artifact.benchmark = benchmark_on(device_link, work / artifact.path, example, runtime,
+                                                  profile.threads, options.bench_warmup, options.bench_runs,
+                                                  device=profile.name)
         timings["benchmark"] = time.perf_counter() - mark
 
         fits = budget.size_fits(fitted.file_bytes)

@@ -1,0 +1,101 @@
+"""`edgeprune distill`: recover a pruned model by distillation from the dense teacher of a bundled task."""
+
+import argparse
+import dataclasses
+import shutil
+from pathlib import Path
+
+from edgeprune.cli.common import EXIT_OK, read_json
+from edgeprune.errors import UserInputError
+
+TOKENIZER_FILES = ("tokenizer.json", "tokenizer_config.json", "vocab.txt", "special_tokens_map.json")
+# flags that override the config file, by DistillConfig field
+OVERRIDES = {"max_steps": int, "max_seconds": float, "max_epochs": int, "learning_rate": float,
+             "temperature": float, "task_weight": float, "kd_weight": float, "embedding_weight": float,
+             "hidden_weight": float, "warmup_steps": int, "eval_every": int, "patience": int, "seed": int}
+
+
+def add_parsers(verbs: argparse._SubParsersAction) -> None:
+    distill = verbs.add_parser("distill", help="recover a pruned model by distillation from the dense teacher")
+    distill.add_argument("--model", type=Path, required=True, help="the pruned model folder (from `edgeprune prune`)")
+    distill.add_argument("--task", default="minilm-bbc", help="bundled task whose dense model teaches (default: "
+                         "minilm-bbc)")
+    distill.add_argument("--teacher-model", type=Path, help="dense teacher folder instead of the bundled MiniLM")
+    distill.add_argument("--max-length", type=int, default=128, help="tokens per input (default: 128)")
+    distill.add_argument("--config", type=Path, help="a DistillConfig JSON; the flags below override it")
+    for field, kind in OVERRIDES.items():
+        distill.add_argument(f"--{field.replace('_', '-')}", type=kind, default=None,
+                             help=f"(default: {getattr(_defaults(), field)})")
+    distill.add_argument("--batch-size", type=int, default=16, help="training and validation batch (default: 16)")
+    distill.add_argument("--train-limit", type=int, help="use only the first N calibration documents")
+    distill.add_argument("--validation-limit", type=int, help="use only the first N validation documents")
+    distill.add_argument("--quiet", action="store_true", help="no progress on stderr")
+    distill.add_argument("--out", type=Path, required=True, help="folder for the recovered model and distill.json")
+    distill.set_defaults(run=run_distill)
+
+
+def _defaults():  # noqa: ANN202 - a DistillConfig
+    from edgeprune.recovery.config import DistillConfig
+
+    return DistillConfig()
+
+
+def config_from(args: argparse.Namespace):  # noqa: ANN201 - a DistillConfig
+    from edgeprune.recovery.config import DistillConfig
+
+    config = DistillConfig.from_dict(read_json(args.config, "distill config")) if args.config else DistillConfig()
+    changes = {field: getattr(args, field) for field in OVERRIDES if getattr(args, field) is not None}
+    return dataclasses.replace(config, **changes)  # validated again by __post_init__
+
+
+def run_distill(args: argparse.Namespace) -> int:
+    import copy
+
+    import torch
+
+    from edgeprune.models.classifier import EncoderClassifier
+    from edgeprune.models.io import load, save
+    from edgeprune.progress import Progress
+    from edgeprune.recovery import DistillData, distill
+    from edgeprune.serialization import write_json_atomic
+    from edgeprune.tasks import bundled_task
+
+    if not (args.model / "config.json").is_file():
+        raise UserInputError(f"model folder {args.model} does not exist or has no config.json; "
+                             "pass a folder written by `edgeprune prune`")
+    if args.out.exists() and any(args.out.iterdir()):
+        raise UserInputError(f"output folder {args.out} already exists and is not empty; choose another --out")
+    if args.batch_size < 1:
+        raise UserInputError(f"--batch-size must be at least 1, got {args.batch_size}")
+    if args.teacher_model is not None and not args.teacher_model.exists():
+        raise UserInputError(f"teacher model path {args.teacher_model} does not exist")
+    config = config_from(args)
+    task = bundled_task(args.task, model_path=args.teacher_model, max_length=args.max_length,
+                        progress=Progress(enabled=not args.quiet))
+    dense = task.teacher()
+    teacher = dense.model
+    encoder = load(args.model)
+    # a pooler stays: the task mean-pools, so it gets no gradient, and the folder keeps loading with edgeprune.load
+    hidden = getattr(encoder.config, "hidden_size", None)
+    if hidden != teacher.classifier.in_features:
+        raise UserInputError(f"{args.model} has hidden size {hidden} but the teacher's "
+                             f"{teacher.classifier.in_features}; distill a model pruned from the task's model")
+    student = EncoderClassifier(encoder, copy.deepcopy(teacher.classifier))
+    data = DistillData.from_task(task, args.batch_size, config.seed, args.train_limit, args.validation_limit)
+    result = distill(student, teacher, data, config, task.progress)
+    args.out.mkdir(parents=True, exist_ok=True)
+    save(student.encoder, args.out)
+    torch.save(student.classifier.state_dict(), args.out / "classifier.pt")
+    for name in TOKENIZER_FILES:
+        source = args.model / name if (args.model / name).exists() else task.model_path / name
+        if source.exists():
+            shutil.copy(source, args.out / name)
+    if (args.model / "plan.json").exists():
+        shutil.copy(args.model / "plan.json", args.out / "plan.json")
+    write_json_atomic(args.out / "distill.json", {"student": str(args.model), "task": args.task,
+                                                  "teacher_validation_accuracy": dense.validation_accuracy,
+                                                  "result": result.to_dict()})
+    print(f"distilled {result.steps} steps ({result.stopped}); validation {result.metric} "
+          f"{result.initial_metric:.4f} -> {result.best_metric:.4f} (best at step {result.best_step}); "
+          f"wrote {args.out}")
+    return EXIT_OK

@@ -1,0 +1,166 @@
+"""An Android device over ADB, with the real `adb` client on its own server port (`adb -P PORT`).
+
+Files live under /data/local/tmp. Legacy `adb shell` returns no exit status and merges stderr into
+stdout, so every command ends with a marker line carrying `$?`, parsed by `split_exit_marker`.
+"""
+
+import re
+import shlex
+import subprocess
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+
+from edgeprune.devices.transports.base import CommandResult, Transport, register, shell_command
+from edgeprune.errors import DeviceUnreachableError, EdgepruneError, UserInputError
+
+RC_MARKER = "__edgeprune_rc="
+DEVICE_ROOT = "/data/local/tmp"
+UNREACHABLE = ("not found", "no devices", "device offline", "unauthorized", "closed", "cannot connect",
+               "connection refused", "protocol fault", "failed to connect")
+
+
+def with_exit_marker(line: str) -> str:
+    """The shell line followed by a marker line with its exit status."""
+    return f"{line}; printf '\\n{RC_MARKER}%d\\n' $?"
+
+
+def split_exit_marker(output: str) -> tuple[int, str]:
+    """(exit status, output before the marker) from `adb shell` output of a `with_exit_marker` line.
+
+    Raises ValueError when the marker is missing: the command did not run to its end.
+    """
+    text = output.replace("\r\n", "\n")
+    index = text.rfind(f"\n{RC_MARKER}")
+    if index < 0:
+        raise ValueError("no exit-status marker in the output")
+    match = re.match(rf"\n{re.escape(RC_MARKER)}(-?\d+)\n?$", text[index:])
+    if match is None:
+        raise ValueError(f"malformed exit-status marker: {text[index:index + 40]!r}")
+    return int(match.group(1)), text[:index]
+
+
+@dataclass(frozen=True)
+class CpuPolicy:
+    cpus: tuple[int, ...]
+    max_khz: int
+
+
+def parse_cpu_list(text: str) -> tuple[int, ...]:
+    """CPU numbers from sysfs lists: '0-3,8' (ranges) or '0 1 2 3' (related_cpus)."""
+    cpus: list[int] = []
+    for part in re.split(r"[,\s]+", text.strip()):
+        if not part:
+            continue
+        low, _, high = part.partition("-")
+        cpus.extend(range(int(low), int(high or low) + 1))
+    return tuple(sorted(set(cpus)))
+
+
+def parse_cpufreq_policies(listing: str) -> list[CpuPolicy]:
+    """Policies from `grep -H . /sys/devices/system/cpu/cpufreq/policy*/{related_cpus,cpuinfo_max_freq}`."""
+    found: dict[str, dict[str, str]] = {}
+    for line in listing.replace("\r\n", "\n").splitlines():
+        path, sep, value = line.partition(":")
+        match = re.search(r"(policy\d+)/(related_cpus|cpuinfo_max_freq)$", path)
+        if sep and match:
+            found.setdefault(match.group(1), {})[match.group(2)] = value
+    policies = [CpuPolicy(parse_cpu_list(v["related_cpus"]), int(v["cpuinfo_max_freq"]))
+                for v in found.values() if "related_cpus" in v and "cpuinfo_max_freq" in v]
+    if not policies:
+        raise ValueError("no cpufreq policies with related_cpus and cpuinfo_max_freq in the listing")
+    return policies
+
+
+def taskset_mask(policies: Iterable[CpuPolicy], threads: int) -> str:
+    """Hex CPU mask for `taskset` that puts `threads` threads on the fastest cores (all cores at most)."""
+    if threads < 1:
+        raise ValueError(f"threads must be at least 1, got {threads}")
+    ordered = [cpu for policy in sorted(policies, key=lambda p: (-p.max_khz, p.cpus))
+               for cpu in policy.cpus]
+    if not ordered:
+        raise ValueError("no CPUs in the policies")
+    mask = 0
+    for cpu in ordered[:threads]:
+        mask |= 1 << cpu
+    return f"{mask:x}"
+
+
+@register("adb")
+class AdbTransport(Transport):
+    @property
+    def label(self) -> str:
+        return f"adb device {self.endpoint.serial}"
+
+    def adb_argv(self) -> list[str]:
+        if not self.endpoint.serial:
+            raise UserInputError("an adb connection needs a serial (connection.serial; see `adb devices`)")
+        return ["adb", "-P", str(self.endpoint.adb_port), "-s", self.endpoint.serial]
+
+    def _adb(self, args: Sequence[str], timeout_s: float) -> tuple[int, str]:
+        """Run one adb client command; one retry when the device is not there, then DeviceUnreachableError."""
+        output = ""
+        for _ in range(2):
+            try:
+                done = subprocess.run([*self.adb_argv(), *args], stdin=subprocess.DEVNULL, capture_output=True,
+                                      text=True, errors="replace", timeout=timeout_s)
+            except FileNotFoundError:
+                raise UserInputError("the adb client is not installed (apt-get install adb)") from None
+            except subprocess.TimeoutExpired:
+                raise EdgepruneError(f"adb {args[0]} on {self.label} ran past its {timeout_s:g} s timeout") from None
+            output = done.stdout + done.stderr
+            lowered = output.lower()
+            if done.returncode == 0 or not any(p in lowered for p in UNREACHABLE):
+                return done.returncode, done.stdout if done.returncode == 0 else output
+        reason = output.strip().splitlines()[-1] if output.strip() else "no answer"
+        raise DeviceUnreachableError(f"cannot reach {self.label} (tried twice): {reason}")
+
+    def shell(self, line: str, timeout_s: float = 600) -> CommandResult:
+        code, output = self._adb(["shell", with_exit_marker(line)], timeout_s)
+        try:
+            status, text = split_exit_marker(output)
+        except ValueError:
+            raise DeviceUnreachableError(f"{self.label} dropped the command before it finished "
+                                         f"(adb exit {code}): {output.strip()[-200:]}") from None
+        return CommandResult(status, text, "")
+
+    def _make_workdir(self) -> str:
+        done = self.shell(f"mktemp -d {DEVICE_ROOT}/edgeprune.XXXXXX", 60)
+        path = done.stdout.strip()
+        if done.exit_code != 0 or not path.startswith(DEVICE_ROOT):
+            raise EdgepruneError(f"cannot make a work folder on {self.label}: {path}")
+        return path
+
+    def push(self, local: Path, name: str | None = None) -> str:
+        target = self.remote_path(name or Path(local).name)
+        code, output = self._adb(["push", str(local), target], 3600)
+        if code != 0:
+            raise EdgepruneError(f"cannot push {local} to {self.label}: {output.strip()}")
+        return target
+
+    def run(self, argv: Sequence[str], timeout_s: float = 600, env: Mapping[str, str] | None = None) -> CommandResult:
+        return self.shell(shell_command(argv, cwd=self.workdir, env=env), timeout_s)
+
+    def fetch(self, name: str, local: Path) -> Path:
+        code, output = self._adb(["pull", self.remote_path(name), str(local)], 3600)
+        if code != 0:
+            raise EdgepruneError(f"cannot fetch {name} from {self.label}: {output.strip()}")
+        return Path(local)
+
+    def big_core_mask(self, threads: int) -> str:
+        """A taskset mask for the fastest cores, read from the device's cpufreq policies."""
+        listing = self.shell("grep -H . /sys/devices/system/cpu/cpufreq/policy*/related_cpus "
+                             "/sys/devices/system/cpu/cpufreq/policy*/cpuinfo_max_freq", 60)
+        return taskset_mask(parse_cpufreq_policies(listing.stdout), threads)
+
+    def pin_prefix(self, threads: int) -> list[str]:
+        try:
+            return ["taskset", self.big_core_mask(threads)]
+        except ValueError:  # no cpufreq policies exposed (an emulator): leave placement to the kernel
+            return []
+
+    def _remove_workdir(self, path: str) -> None:
+        try:
+            self.shell(f"rm -rf {shlex.quote(path)}", 60)
+        except EdgepruneError:
+            pass  # the device went away; /data/local/tmp is its scratch space

@@ -1,0 +1,123 @@
+"""The one interface every transport implements, and the registry by connection kind."""
+
+import shlex
+from abc import ABC, abstractmethod
+from collections.abc import Callable, Mapping, Sequence
+from pathlib import Path
+from typing import NamedTuple
+
+from edgeprune.devices.profile import Endpoint
+from edgeprune.errors import UserInputError
+
+
+class CommandResult(NamedTuple):
+    exit_code: int
+    stdout: str
+    stderr: str
+
+
+class Transport(ABC):
+    """Push files into a private work folder on a device, run commands there, fetch files, clean up.
+
+    The work folder is created on first use and removed by `close()`; use the transport as a context
+    manager. Remote names are plain file names inside the work folder; commands are argument lists
+    and run with the work folder as their current directory.
+    """
+
+    kind = ""
+
+    default_python = "python3"
+
+    def __init__(self, endpoint: Endpoint, python: str | None = None) -> None:
+        self.endpoint = endpoint
+        self.python = python or self.default_python
+        self._workdir: str | None = None
+
+    @property
+    def label(self) -> str:
+        """How error messages name the device."""
+        return self.kind
+
+    @property
+    def workdir(self) -> str:
+        if self._workdir is None:
+            self._workdir = self._make_workdir()
+        return self._workdir
+
+    def remote_path(self, name: str) -> str:
+        if not name or "/" in name or name in (".", ".."):
+            raise ValueError(f"remote names are plain file names in the work folder, got {name!r}")
+        return f"{self.workdir}/{name}"
+
+    @abstractmethod
+    def _make_workdir(self) -> str: ...
+
+    @abstractmethod
+    def push(self, local: Path, name: str | None = None) -> str:
+        """Copy `local` into the work folder as `name` (default: its own name); return the remote path."""
+
+    @abstractmethod
+    def run(self, argv: Sequence[str], timeout_s: float = 600, env: Mapping[str, str] | None = None) -> CommandResult:
+        """Run `argv` in the work folder; `env` adds variables. Never raises for a non-zero exit."""
+
+    @abstractmethod
+    def fetch(self, name: str, local: Path) -> Path:
+        """Copy `name` from the work folder to `local`; return `local`."""
+
+    def pin_prefix(self, threads: int) -> list[str]:
+        """Words to put before a command so its threads run on the device's fastest cores (none by default)."""
+        return []
+
+    @abstractmethod
+    def _remove_workdir(self, path: str) -> None: ...
+
+    def close(self) -> None:
+        if self._workdir is not None:
+            path, self._workdir = self._workdir, None
+            self._remove_workdir(path)
+
+    def __enter__(self) -> "Transport":
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+
+def shell_command(argv: Sequence[str], cwd: str | None = None, env: Mapping[str, str] | None = None) -> str:
+    """One POSIX shell line for a remote shell: every argument quoted, optionally in `cwd` with `env`."""
+    prefix = f"cd {shlex.quote(cwd)} && " if cwd else ""
+    assignments = " ".join(f"{k}={shlex.quote(v)}" for k, v in (env or {}).items() if _is_name(k))
+    command = " ".join(shlex.quote(a) for a in argv)
+    return f"{prefix}{'env ' + assignments + ' ' if assignments else ''}{command}"
+
+
+def _is_name(key: str) -> bool:
+    if not key.replace("_", "a").isalnum() or key[0].isdigit():
+        raise ValueError(f"{key!r} is not an environment variable name")
+    return True
+
+
+TransportFactory = Callable[[Endpoint, str | None], Transport]
+TRANSPORTS: dict[str, TransportFactory] = {}
+
+
+def register(kind: str) -> Callable[[type[Transport]], type[Transport]]:
+    def add(cls: type[Transport]) -> type[Transport]:
+        cls.kind = kind
+        TRANSPORTS[kind] = cls
+        return cls
+
+    return add
+
+
+def open_transport(endpoint: Endpoint, python: str | None = None) -> Transport:
+    """The transport for `endpoint.kind`, not yet connected (it connects on first use).
+
+    `python` runs the benchmark runner there; None means `python3` on a device, this interpreter locally.
+    """
+    from edgeprune.devices.transports import adb, local, ssh  # noqa: F401 - they register themselves
+
+    factory = TRANSPORTS.get(endpoint.kind)
+    if factory is None:
+        raise UserInputError(f"no transport for connection kind {endpoint.kind!r}; known: {', '.join(TRANSPORTS)}")
+    return factory(endpoint, python)

@@ -1,0 +1,55 @@
+"""This machine: a temporary folder and subprocesses."""
+
+import os
+import shutil
+import subprocess
+import sys
+import tempfile
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+
+from edgeprune.devices.transports.base import CommandResult, Transport, register
+from edgeprune.errors import EdgepruneError
+
+
+@register("local")
+class LocalTransport(Transport):
+    """Files go to a temporary folder (large artifacts are linked, not copied); commands are subprocesses."""
+
+    default_python = sys.executable
+
+    @property
+    def label(self) -> str:
+        return "this machine"
+
+    def _make_workdir(self) -> str:
+        return tempfile.mkdtemp(prefix="edgeprune-bench-")
+
+    def push(self, local: Path, name: str | None = None) -> str:
+        target = self.remote_path(name or Path(local).name)
+        source = Path(local).resolve()
+        if not source.is_file():
+            raise EdgepruneError(f"cannot push {local}: not a file")
+        Path(target).unlink(missing_ok=True)  # a second push replaces the file, as on a device
+        os.symlink(source, target)
+        return target
+
+    def run(self, argv: Sequence[str], timeout_s: float = 600, env: Mapping[str, str] | None = None) -> CommandResult:
+        try:
+            done = subprocess.run(list(argv), cwd=self.workdir, capture_output=True, text=True,
+                                  env={**os.environ, **(env or {})}, timeout=timeout_s)
+        except subprocess.TimeoutExpired:
+            raise EdgepruneError(f"{argv[0]} ran past its {timeout_s:g} s timeout on {self.label}") from None
+        except OSError as error:
+            return CommandResult(127, "", f"{argv[0]}: {error}")
+        return CommandResult(done.returncode, done.stdout, done.stderr)
+
+    def fetch(self, name: str, local: Path) -> Path:
+        try:
+            shutil.copyfile(self.remote_path(name), local)
+        except OSError as error:
+            raise EdgepruneError(f"cannot fetch {name} from {self.label}: {error}") from None
+        return Path(local)
+
+    def _remove_workdir(self, path: str) -> None:
+        shutil.rmtree(path, ignore_errors=True)

@@ -1,0 +1,141 @@
+"""A Linux board over SSH, with the system `ssh` client: the user's config, agent and keys apply.
+
+Host keys are checked against known_hosts with StrictHostKeyChecking=yes; `trust_on_first_use` switches
+to accept-new, which still refuses a changed key, and edgeprune says on stderr when it accepted one.
+Files travel as `cat` over the ssh channel, so remote names need only shell quoting (no scp/sftp globbing).
+"""
+
+import shlex
+import subprocess
+import sys
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+from typing import BinaryIO
+
+from edgeprune.devices.transports.base import CommandResult, Transport, register, shell_command
+from edgeprune.errors import DeviceUnreachableError, EdgepruneError, UserInputError
+
+SSH_FAILED = 255  # ssh's own exit status for connection, authentication and host-key failures
+DROPPED = ("connection refused", "connection closed", "connection reset", "closed by remote host",
+           "broken pipe", "timed out", "timeout, server", "no route to host", "network is unreachable",
+           "kex_exchange_identification", "client_loop", "lost connection", "could not resolve hostname",
+           "temporary failure in name resolution")
+
+
+def parse_target(text: str) -> tuple[str, str, int]:
+    """(user, host, port) from USER@HOST[:PORT]; an IPv6 host goes in brackets: USER@[::1]:22."""
+    user, at, rest = text.partition("@")
+    host, port = rest, "22"
+    if rest.startswith("["):
+        host, _, tail = rest[1:].partition("]")
+        port = tail[1:] if tail.startswith(":") else port
+    elif ":" in rest:
+        host, _, port = rest.rpartition(":")
+    if not at or not user or not host or not port.isdigit() or not 0 < int(port) < 65536:
+        raise UserInputError(f"--ssh {text!r}: expected USER@HOST or USER@HOST:PORT, e.g. pi@pi5.local:22")
+    return user, host, int(port)
+
+
+@register("ssh")
+class SshTransport(Transport):
+    @property
+    def label(self) -> str:
+        e = self.endpoint
+        return f"{e.user}@{e.host}:{e.port}"
+
+    @property
+    def known_hosts(self) -> str:
+        return self.endpoint.known_hosts or "~/.ssh/known_hosts"
+
+    def ssh_argv(self) -> list[str]:
+        """The ssh client invocation, up to (not including) the remote command."""
+        e = self.endpoint
+        if not e.host or not e.user:
+            raise UserInputError("an ssh connection needs a host and a user, e.g. --ssh pi@pi5.local")
+        argv = ["ssh", "-T", "-p", str(e.port), "-o", "BatchMode=yes", "-o", f"ConnectTimeout={e.connect_timeout_s:g}",
+                "-o", f"StrictHostKeyChecking={'accept-new' if e.trust_on_first_use else 'yes'}",
+                "-o", "ServerAliveInterval=5", "-o", "ServerAliveCountMax=3"]
+        if e.known_hosts:
+            argv += ["-o", f"UserKnownHostsFile={e.known_hosts}"]
+        if e.key:
+            argv += ["-i", e.key]
+        return [*argv, "-l", e.user, "--", e.host]
+
+    def _ssh(self, line: str, timeout_s: float, stdin: BinaryIO | None = None,
+             retry: bool = True) -> tuple[int, bytes, str]:
+        """Run one shell line on the device; one retry if the connection drops, then DeviceUnreachableError."""
+        stderr = ""
+        for _attempt in range(2 if retry else 1):
+            if stdin is not None:
+                stdin.seek(0)
+            try:
+                done = subprocess.run([*self.ssh_argv(), line], stdin=stdin or subprocess.DEVNULL,
+                                      capture_output=True, timeout=timeout_s)
+            except FileNotFoundError:
+                raise UserInputError("the ssh client is not installed (apt-get install openssh-client)") from None
+            except subprocess.TimeoutExpired:
+                raise EdgepruneError(f"a command on {self.label} ran past its {timeout_s:g} s timeout: "
+                                     f"{line[:120]}") from None
+            stderr = done.stderr.decode(errors="replace")
+            if "Permanently added" in stderr:
+                sys.stderr.write(f"edgeprune: trusted the new host key of {self.label} on first use; "
+                                 f"it is now in {self.known_hosts}\n")
+                stderr = "".join(x for x in stderr.splitlines(True) if "Permanently added" not in x)
+            if done.returncode != SSH_FAILED:
+                return done.returncode, done.stdout, stderr
+            self._refuse_host_key_or_login(stderr)
+            if not any(pattern in stderr.lower() for pattern in DROPPED):
+                return done.returncode, done.stdout, stderr  # the remote command itself exited 255
+        reason = stderr.strip().splitlines()[-1] if stderr.strip() else "no answer"
+        tries = "twice" if retry else "once"
+        raise DeviceUnreachableError(f"cannot reach {self.label} (tried {tries}): {reason}")
+
+    def _refuse_host_key_or_login(self, stderr: str) -> None:
+        e = self.endpoint
+        host = e.host if e.port == 22 else f"[{e.host}]:{e.port}"
+        if "REMOTE HOST IDENTIFICATION HAS CHANGED" in stderr or "Host key verification failed" in stderr:
+            if "HAS CHANGED" in stderr:
+                raise DeviceUnreachableError(
+                    f"the host key of {self.label} does not match the one in {self.known_hosts}; refusing to "
+                    f"connect (the device was reinstalled, or someone is in between). If you trust the change, "
+                    f"remove the old key with: ssh-keygen -R '{host}'")
+            raise DeviceUnreachableError(
+                f"the host key of {self.label} is not in {self.known_hosts}; refusing to connect. Verify it and add "
+                f"it (ssh-keyscan -p {e.port} {e.host}), or accept it once with --trust-on-first-use "
+                f"(connection.trust_on_first_use = true)")
+        if "Permission denied" in stderr:
+            raise DeviceUnreachableError(
+                f"{self.label} refused the login ({stderr.strip().splitlines()[-1]}); check the key "
+                f"(--identity or connection.key), the ssh agent and the device's authorized_keys")
+
+    def _make_workdir(self) -> str:
+        code, out, err = self._ssh('mktemp -d "${TMPDIR:-/tmp}/edgeprune.XXXXXX"', self.endpoint.connect_timeout_s + 20)
+        path = out.decode(errors="replace").strip()
+        if code != 0 or not path.startswith("/"):
+            raise EdgepruneError(f"cannot make a work folder on {self.label}: {err.strip() or path}")
+        return path
+
+    def push(self, local: Path, name: str | None = None) -> str:
+        target = self.remote_path(name or Path(local).name)
+        with open(local, "rb") as source:
+            code, _, err = self._ssh(f"cat > {shlex.quote(target)}", 3600, stdin=source)
+        if code != 0:
+            raise EdgepruneError(f"cannot push {local} to {self.label}:{target}: {err.strip()}")
+        return target
+
+    def run(self, argv: Sequence[str], timeout_s: float = 600, env: Mapping[str, str] | None = None) -> CommandResult:
+        code, out, err = self._ssh(shell_command(argv, cwd=self.workdir, env=env), timeout_s)
+        return CommandResult(code, out.decode(errors="replace"), err)
+
+    def fetch(self, name: str, local: Path) -> Path:
+        code, out, err = self._ssh(f"cat -- {shlex.quote(self.remote_path(name))}", 3600)
+        if code != 0:
+            raise EdgepruneError(f"cannot fetch {name} from {self.label}: {err.strip()}")
+        Path(local).write_bytes(out)
+        return Path(local)
+
+    def _remove_workdir(self, path: str) -> None:
+        try:
+            self._ssh(f"rm -rf -- {shlex.quote(path)}", self.endpoint.connect_timeout_s + 20, retry=False)
+        except EdgepruneError as error:  # the device went away: nothing left to clean from here
+            sys.stderr.write(f"edgeprune: could not remove {path} on {self.label}: {error}\n")

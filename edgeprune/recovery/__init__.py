@@ -1,0 +1,18 @@
+"""Recovery after pruning: knowledge distillation from the dense teacher, and prune → recover schedules."""
+
+from edgeprune.recovery.config import DistillConfig, DistillResult
+from edgeprune.recovery.data import DistillData
+from edgeprune.recovery.distill import distill, evaluate, kl_to_teacher
+from edgeprune.recovery.losses import distillation_loss, kl_divergence
+from edgeprune.recovery.schedules import (
+    SCHEDULES,
+    LayerRemoval,
+    Recovered,
+    prune_and_recover,
+    prune_ffn_and_recover,
+    remove_redundant_layers,
+)
+
+__all__ = ["SCHEDULES", "DistillConfig", "DistillData", "DistillResult", "LayerRemoval", "Recovered", "distill",
+           "distillation_loss", "evaluate", "kl_divergence", "kl_to_teacher", "prune_and_recover",
+           "prune_ffn_and_recover", "remove_redundant_layers"]

@@ -1,0 +1,198 @@
+"""The ADB transport: its pure parts (exit-status marker, taskset mask), then the real `adb` client
+against a loopback stand-in for a phone (tests/adb_peer.py)."""
+
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from edgeprune.devices import Endpoint
+from edgeprune.devices.transports import adb as adb_module
+from edgeprune.devices.transports.adb import (
+    AdbTransport,
+    CpuPolicy,
+    parse_cpu_list,
+    parse_cpufreq_policies,
+    split_exit_marker,
+    taskset_mask,
+    with_exit_marker,
+)
+from edgeprune.errors import DeviceUnreachableError
+from tests.adb_peer import AdbPeer
+from tests.sshd import free_port
+
+# `grep -H . .../policy*/related_cpus .../policy*/cpuinfo_max_freq` on a Pixel 8 (Tensor G3)
+PIXEL8 = """/sys/devices/system/cpu/cpufreq/policy0/related_cpus:0 1 2 3
+/sys/devices/system/cpu/cpufreq/policy4/related_cpus:4 5 6 7
+/sys/devices/system/cpu/cpufreq/policy8/related_cpus:8
+/sys/devices/system/cpu/cpufreq/policy0/cpuinfo_max_freq:1704000
+/sys/devices/system/cpu/cpufreq/policy4/cpuinfo_max_freq:2367000
+/sys/devices/system/cpu/cpufreq/policy8/cpuinfo_max_freq:2914000
+"""
+
+
+@pytest.mark.parametrize(("output", "expected"), [
+    ("hello\n\n__edgeprune_rc=0\n", (0, "hello\n")),
+    ("no newline at the end\n__edgeprune_rc=3\n", (3, "no newline at the end")),
+    ("a\r\nb\r\n\r\n__edgeprune_rc=127\r\n", (127, "a\nb\n")),  # a pty's CRLF
+    ("\n__edgeprune_rc=1", (1, "")),
+    ("looks like __edgeprune_rc=9 inside\n\n__edgeprune_rc=2\n", (2, "looks like __edgeprune_rc=9 inside\n")),
+])
+def test_exit_marker_is_split_from_the_output(output, expected):
+    assert split_exit_marker(output) == expected
+
+
+@pytest.mark.parametrize("output", ["hello\n", "partial\n__edgeprune_rc=", "\n__edgeprune_rc=x\n"])
+def test_a_missing_or_broken_marker_is_an_error(output):
+    with pytest.raises(ValueError, match="marker"):
+        split_exit_marker(output)
+
+
+def test_the_marker_line_round_trips_through_a_real_shell():
+    for command, code in (("echo hi", 0), ("printf 'no newline'; false", 1), ("exit 7", 7)):
+        line = with_exit_marker(f"sh -c {command!r}")
+        output = subprocess.run(["sh", "-c", line], capture_output=True, text=True).stdout
+        assert split_exit_marker(output)[0] == code
+
+
+def test_cpu_lists_in_both_sysfs_forms():
+    assert parse_cpu_list("0-3,8") == (0, 1, 2, 3, 8)
+    assert parse_cpu_list("4 5 6 7\n") == (4, 5, 6, 7)
+    assert parse_cpu_list("2") == (2,)
+
+
+def test_pixel8_policies_and_masks_take_the_fastest_cores_first():
+    policies = parse_cpufreq_policies(PIXEL8)
+    assert sorted(policies, key=lambda p: p.cpus) == [CpuPolicy((0, 1, 2, 3), 1704000),
+                                                      CpuPolicy((4, 5, 6, 7), 2367000), CpuPolicy((8,), 2914000)]
+    assert taskset_mask(policies, 1) == "100"  # the X3
+    assert taskset_mask(policies, 4) == "170"  # the X3 and three A715s
+    assert taskset_mask(policies, 5) == "1f0"
+    assert taskset_mask(policies, 9) == taskset_mask(policies, 64) == "1ff"
+
+
+def test_a_single_cluster_board_uses_its_first_cores():
+    policies = [CpuPolicy((0, 1, 2, 3), 2400000)]
+    assert taskset_mask(policies, 2) == "3" and taskset_mask(policies, 4) == "f"
+
+
+def test_bad_policy_input_is_refused():
+    with pytest.raises(ValueError, match="threads"):
+        taskset_mask([CpuPolicy((0,), 1)], 0)
+    with pytest.raises(ValueError, match="no cpufreq policies"):
+        parse_cpufreq_policies("/sys/devices/system/cpu/cpufreq/policy0/related_cpus:0 1\n")
+
+
+# --- the real adb client against tests/adb_peer.py, a loopback stand-in for a phone -----------------------------
+
+@pytest.fixture
+def adb_server(tmp_path, monkeypatch):
+    """An adb server of our own on a free port, with its keys in a temporary folder; killed afterwards."""
+    if shutil.which("adb") is None:
+        pytest.fail("the adb client is not installed: run `make test`, which installs it with apt-get",
+                    pytrace=False)
+    port = free_port()
+    # adb keeps its key and logs in ~/.android; this adb's home is a temporary folder
+    monkeypatch.setenv("HOME", str(tmp_path / "android-home"))
+    monkeypatch.setenv("ANDROID_SDK_HOME", str(tmp_path / "android-home"))
+    monkeypatch.setenv("TMPDIR", str(tmp_path / "android-home"))  # the server's log
+    monkeypatch.delenv("ADB_SERVER_SOCKET", raising=False)
+    (tmp_path / "android-home" / ".android").mkdir(parents=True)
+    subprocess.run(["adb", "-P", str(port), "start-server"], check=True, capture_output=True, timeout=60)
+    yield port
+    subprocess.run(["adb", "-P", str(port), "kill-server"], capture_output=True, timeout=60)
+
+
+@pytest.fixture
+def phone(adb_server, tmp_path, monkeypatch):
+    """The peer, connected through our adb server; the transport's device folder is a temporary one."""
+    peer = AdbPeer()
+    done = subprocess.run(["adb", "-P", str(adb_server), "connect", peer.serial], capture_output=True, text=True,
+                          timeout=30)
+    assert "connected to" in done.stdout, done.stdout + done.stderr
+    state = subprocess.run(["adb", "-P", str(adb_server), "-s", peer.serial, "wait-for-device", "get-state"],
+                           capture_output=True, text=True, timeout=30)
+    assert state.stdout.strip() == "device", state.stdout + state.stderr
+    device_root = tmp_path / "data-local-tmp"
+    device_root.mkdir()
+    monkeypatch.setattr(adb_module, "DEVICE_ROOT", str(device_root))
+    yield peer, Endpoint(kind="adb", serial=peer.serial, adb_port=adb_server)
+    peer.stop()
+
+
+def test_push_run_fetch_through_the_real_adb_client(phone, tmp_path):
+    peer, endpoint = phone
+    name = "it's a \"model\" $(touch pwned) file.bin"
+    payload = bytes(range(256)) * 600  # several sync DATA chunks
+    (tmp_path / name).write_bytes(payload)
+    with AdbTransport(endpoint) as transport:
+        remote = transport.push(tmp_path / name)
+        assert remote.startswith(adb_module.DEVICE_ROOT + "/edgeprune.")
+        code, out, err = transport.run(["sh", "-c", 'wc -c < "$1"; echo oops >&2; exit 3', "sh", name])
+        assert (code, out.split(), err) == (3, ["153600", "oops"], "")  # legacy shell: stderr is merged
+        assert transport.run(["ls", "pwned"]).exit_code != 0
+        assert transport.run(["printenv", "X"], env={"X": "a 'b' $c"}).stdout == "a 'b' $c\n"
+        assert transport.fetch(name, tmp_path / "back.bin").read_bytes() == payload
+        workdir = transport.workdir
+    assert not Path(workdir).exists()
+
+
+@pytest.mark.integration
+def test_benchmark_through_the_real_adb_client(phone, tmp_path):
+    import torch
+
+    from edgeprune.bench import benchmark_on
+    from edgeprune.export import export
+    from edgeprune.models.classifier import EncoderClassifier
+    from tests.conftest import tiny_bert
+
+    _, endpoint = phone
+    model = EncoderClassifier(tiny_bert(), torch.nn.Linear(32, 5)).eval()
+    inputs = (torch.randint(1000, 30522, (1, 16)), torch.ones(1, 16, dtype=torch.long))
+    artifact = export(model, inputs, tmp_path / "tiny.tflite", "litert-fp32").path
+    with AdbTransport(endpoint, python=sys.executable) as transport:  # a phone would need Termux's python
+        result = benchmark_on(transport, artifact, inputs, None, 1, warmup=1, runs=3, device="android-arm64")
+    assert result.device == "android-arm64" and result.runtime == "litert" and result.timed_runs == 3
+    assert result.file_bytes == artifact.stat().st_size
+
+
+def test_an_unplugged_phone_is_unreachable_in_one_line(phone):
+    peer, endpoint = phone
+    with AdbTransport(endpoint) as transport:
+        assert transport.run(["true"]).exit_code == 0
+        peer.stop()
+        with pytest.raises(DeviceUnreachableError) as error:
+            transport.run(["true"], timeout_s=30)
+    assert error.value.exit_code == 5 and "\n" not in str(error.value)
+
+
+def test_devices_check_through_the_real_adb_client(phone, tmp_path, capsys):
+    import json
+    import os
+    import platform
+
+    from edgeprune.cli import main
+
+    peer, endpoint = phone
+    profile = tmp_path / "phone.toml"
+    profile.write_text(f"""name = "phone"
+description = "the loopback adb peer"
+[hardware]
+arch = "{platform.machine()}"
+cores = {os.cpu_count()}
+ram_mb = 1024
+[runtime]
+name = "litert"
+threads = 1
+python = "{sys.executable}"
+[budgets]
+[connection]
+kind = "adb"
+serial = "{peer.serial}"
+adb_port = {endpoint.adb_port}
+""")
+    assert main(["devices", "check", str(profile)]) == 0
+    report = json.loads(capsys.readouterr().out)
+    assert report["connection"] == f"adb device {peer.serial}" and report["ok"] and report["runtimes"]["litert"]

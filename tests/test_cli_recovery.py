@@ -1,0 +1,84 @@
+"""`edgeprune distill` as a user runs it: a pruned tiny BERT recovered from its dense teacher; one-line errors."""
+
+import json
+
+import pytest
+import torch
+
+import edgeprune.cli
+from edgeprune.cli import artifacts, devices, fit, pruning, recovery
+from edgeprune.cli.common import Parser
+from edgeprune.models import adapter_for
+from edgeprune.models.io import load, save
+from edgeprune.pruning import prune_heads
+
+
+@pytest.fixture(autouse=True)
+def with_distill_verb(monkeypatch):
+    """The verb as the lead will register it in edgeprune/cli/__init__.py."""
+
+    def build_parser():
+        parser = Parser(prog="edgeprune")
+        verbs = parser.add_subparsers(dest="verb", required=True, parser_class=Parser)
+        for module in (fit, pruning, artifacts, devices, recovery):
+            module.add_parsers(verbs)
+        return parser
+
+    monkeypatch.setattr(edgeprune.cli, "build_parser", build_parser)
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(threads)
+
+
+@pytest.fixture
+def pruned_dir(tiny_bert_dir, tmp_path):
+    model = prune_heads(load(tiny_bert_dir), {0: [0, 1], 2: [3]})
+    return save(model, tmp_path / "pruned")
+
+
+def test_distill_writes_a_loadable_recovered_model_and_its_result(tiny_bert_dir, pruned_dir, tmp_path, capsys):
+    out = tmp_path / "recovered"
+    code = edgeprune.cli.main(["distill", "--model", str(pruned_dir), "--teacher-model", str(tiny_bert_dir),
+                               "--max-length", "16", "--max-steps", "3", "--eval-every", "3", "--train-limit", "32",
+                               "--validation-limit", "32", "--learning-rate", "1e-3", "--out", str(out), "--quiet"])
+    assert code == 0
+    assert "distilled 3 steps (max_steps); validation accuracy" in capsys.readouterr().out
+    report = json.loads((out / "distill.json").read_text())
+    assert report["result"]["steps"] == 3 and report["result"]["config"]["learning_rate"] == 1e-3
+    assert report["result"]["metric"] == "accuracy" and len(report["result"]["history"]) == 2
+    recovered = load(out)
+    assert [b.num_heads for b in adapter_for(recovered).attention_blocks(recovered)] == [2, 4, 3]
+    assert (out / "classifier.pt").exists() and (out / "vocab.txt").exists()
+
+
+def test_distill_errors_are_one_line_with_exit_2(tiny_bert_dir, pruned_dir, tmp_path, capsys):
+    (tmp_path / "bad.json").write_text("{not json")
+    (tmp_path / "unknown.json").write_text(json.dumps({"temprature": 3}))
+    (tmp_path / "invalid.json").write_text(json.dumps({"temperature": -1}))
+    (tmp_path / "full").mkdir()
+    (tmp_path / "full" / "x").write_text("")
+    base = ["--teacher-model", str(tiny_bert_dir), "--max-length", "16"]
+    cases = [
+        (["--model", str(tmp_path / "missing"), "--out", str(tmp_path / "o")], "does not exist"),
+        (["--model", str(pruned_dir), "--config", str(tmp_path / "none.json"), "--out", str(tmp_path / "o")],
+         "does not exist"),
+        (["--model", str(pruned_dir), "--config", str(tmp_path / "bad.json"), "--out", str(tmp_path / "o")],
+         "not valid JSON"),
+        (["--model", str(pruned_dir), "--config", str(tmp_path / "unknown.json"), "--out", str(tmp_path / "o")],
+         "unknown fields"),
+        (["--model", str(pruned_dir), "--config", str(tmp_path / "invalid.json"), "--out", str(tmp_path / "o")],
+         "temperature must be > 0"),
+        (["--model", str(pruned_dir), "--max-steps", "0", "--out", str(tmp_path / "o")], "max_steps must be at least"),
+        (["--model", str(pruned_dir), "--out", str(tmp_path / "full")], "not empty"),
+        (["--model", str(pruned_dir), "--batch-size", "0", "--out", str(tmp_path / "o")], "--batch-size"),
+        (["--model", str(pruned_dir), "--max-steps", "many", "--out", str(tmp_path / "o")], "invalid int value"),
+    ]
+    for extra, message in cases:
+        try:
+            code = edgeprune.cli.main(["distill", *base, *extra])
+        except SystemExit as exit_:  # argparse errors exit from the parser
+            code = exit_.code
+        err = capsys.readouterr().err
+        assert code == 2 and message in err and len(err.strip().splitlines()) == 1, (extra, err)
+        assert not (tmp_path / "o").exists()

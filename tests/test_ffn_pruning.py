@@ -1,0 +1,125 @@
+"""Structured FFN-neuron removal on a tiny BERT: equal to zeroing, exact parameter counts, config kept true."""
+
+import copy
+
+import numpy as np
+import pytest
+import torch
+
+from edgeprune.errors import UserInputError
+from edgeprune.models.classifier import EncoderClassifier
+from edgeprune.pruning.ffn import (
+    INTERMEDIATE_SIZES_CONFIG_KEY,
+    intermediate_sizes,
+    neuron_parameter_count,
+    plan_neurons,
+    remove_neurons,
+    score_neurons,
+    zero_neurons,
+)
+from tests.conftest import tiny_bert
+
+
+def _inputs():
+    generator = torch.Generator().manual_seed(4)
+    ids = torch.randint(1000, 30522, (3, 10), generator=generator)
+    mask = torch.ones_like(ids)
+    mask[0, 7:] = 0
+    return ids, mask
+
+
+def _parameters(model):
+    return sum(p.numel() for p in model.parameters())
+
+
+def test_removing_neurons_equals_zeroing_them_with_exact_parameter_counts():
+    model = tiny_bert()
+    reference = zero_neurons(copy.deepcopy(model), remove := {0: [1, 5, 63], 2: list(range(0, 64, 2))})
+    before = _parameters(model)
+    per_neuron = neuron_parameter_count(model, 0)
+    assert per_neuron == 32 + 1 + 32
+    remove_neurons(model, remove)
+    assert _parameters(model) == before - 35 * per_neuron
+    assert intermediate_sizes(model) == [61, 64, 32]
+    ids, mask = _inputs()
+    with torch.no_grad():
+        torch.testing.assert_close(model(input_ids=ids, attention_mask=mask).last_hidden_state,
+                                   reference(input_ids=ids, attention_mask=mask).last_hidden_state)
+    layer = model.encoder.layer[2]
+    assert layer.intermediate.dense.weight.shape == (32, 32) and layer.output.dense.weight.shape == (32, 32)
+    assert layer.intermediate.dense.out_features == 32 and layer.output.dense.in_features == 32
+    # widths differ: recorded per layer, intermediate_size is the widest
+    assert getattr(model.config, INTERMEDIATE_SIZES_CONFIG_KEY) == [61, 64, 32]
+    assert model.config.intermediate_size == 64
+
+
+def test_equal_widths_keep_intermediate_size_true_and_drop_the_record():
+    model = tiny_bert()
+    remove_neurons(model, {0: [0], 1: [1], 2: [2, 3]})
+    assert hasattr(model.config, INTERMEDIATE_SIZES_CONFIG_KEY)
+    remove_neurons(model, {0: [0], 1: [0]})
+    assert intermediate_sizes(model) == [62, 62, 62]
+    assert model.config.intermediate_size == 62
+    assert not hasattr(model.config, INTERMEDIATE_SIZES_CONFIG_KEY)
+
+
+def test_weight_norm_scores_find_a_dead_neuron_and_plans_keep_widths_equal():
+    model = tiny_bert()
+    with torch.no_grad():
+        model.encoder.layer[1].output.dense.weight[:, 9] = 0
+    scores = score_neurons(model)
+    assert [len(s) for s in scores] == [64, 64, 64]
+    assert scores[1][9] == 0 and np.argmin(scores[1]) == 9
+    plan = plan_neurons(scores, 0.25)
+    assert sorted(plan) == [0, 1, 2] and all(len(v) == 16 for v in plan.values()) and 9 in plan[1]
+    remove_neurons(model, plan)
+    assert model.config.intermediate_size == 48
+
+
+def test_activation_scores_ignore_padding_and_work_through_a_classifier():
+    encoder = tiny_bert()
+    model = EncoderClassifier(encoder, torch.nn.Linear(32, 3))
+    ids, mask = _inputs()
+    scores = score_neurons(model, [{"input_ids": ids, "attention_mask": mask}], "activation")
+    # padding tokens changed to anything else give the same scores
+    other = ids.clone()
+    other[0, 7:] = 1234
+    again = score_neurons(model, [{"input_ids": other, "attention_mask": mask}], "activation")
+    for a, b in zip(scores, again, strict=True):
+        np.testing.assert_allclose(a, b, rtol=1e-5)
+    assert all((s >= 0).all() and s.shape == (64,) for s in scores)
+
+
+def test_global_plan_respects_the_minimum_per_layer():
+    scores = [np.array([0.0, 0.1, 0.2]), np.array([5.0, 6.0, 7.0])]
+    assert plan_neurons(scores, 0.5, per_layer=False, min_per_layer=1) == {0: [0, 1], 1: [0]}
+
+
+def test_errors_are_clear():
+    model = tiny_bert()
+    with pytest.raises(UserInputError, match="cannot remove"):
+        remove_neurons(model, {0: [64]})
+    with pytest.raises(UserInputError, match="keep at least one"):
+        remove_neurons(model, {0: list(range(64))})
+    with pytest.raises(UserInputError, match="unknown neuron criterion"):
+        score_neurons(model, criterion="taylor")
+    from transformers import DistilBertConfig, DistilBertModel
+
+    from edgeprune.models.distilbert import DistilBertAdapter  # noqa: F401 - registered family without the pair
+
+    distil = DistilBertModel(DistilBertConfig(vocab_size=100, dim=32, n_layers=1, n_heads=4, hidden_dim=64))
+    with pytest.raises(UserInputError, match="BERT-like layers"):
+        remove_neurons(distil, {0: [0]})
+
+
+def test_equal_width_removal_saves_and_loads_with_edgeprune(tmp_path):
+    from edgeprune.models.io import load, save
+
+    model = tiny_bert()
+    remove_neurons(model, plan_neurons(score_neurons(model), 0.5))
+    loaded = load(save(model, tmp_path / "ffn"))
+    assert intermediate_sizes(loaded) == [32, 32, 32]
+    ids, mask = _inputs()
+    with torch.no_grad():
+        torch.testing.assert_close(loaded(input_ids=ids, attention_mask=mask).last_hidden_state,
+                                   model(input_ids=ids, attention_mask=mask).last_hidden_state)
