@@ -23,7 +23,7 @@ demo: $(STAMP)
 test: $(STAMP)
 	# the transport tests drive a real sshd, ssh client and adb client (Debian packages)
 	(command -v sshd || test -x /usr/sbin/sshd) >/dev/null && command -v ssh >/dev/null && command -v adb >/dev/null || \
-		(apt-get update && apt-get install -y openssh-server openssh-client adb)
+		(apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq openssh-server openssh-client adb)
 	$(BIN)/python -m pytest -q -rs
 
 test-fast: $(STAMP)
