@@ -128,6 +128,28 @@ def record_heads(model: nn.Module, heads: list[list[int]]) -> None:
         setattr(config, KEPT_HEADS_CONFIG_KEY, heads)
 
 
+def drop_layers(model: nn.Module, layers: list[nn.Module], drop: set[int]) -> nn.ModuleList:
+    """Replace the nn.ModuleList holding `layers` by one without positions `drop`; returns the new list.
+
+    Refuses unknown positions and removing every layer. The record of kept heads follows the layers.
+    """
+    if not drop <= set(range(len(layers))) or len(drop) >= len(layers):
+        raise ValueError(f"can remove some of layers 0..{len(layers) - 1} but not all; got {sorted(drop)}")
+    container = next(m for m in model.modules() if isinstance(m, nn.ModuleList) and layers[0] in list(m))
+    kept = nn.ModuleList(m for i, m in enumerate(container) if i not in drop)
+    for parent in model.modules():
+        for name, child in list(parent.named_children()):
+            if child is container:
+                setattr(parent, name, kept)
+    config = find_config(model)
+    if config is not None:
+        config.num_hidden_layers = len(kept)
+        recorded = getattr(config, KEPT_HEADS_CONFIG_KEY, None)
+        if recorded is not None:
+            record_heads(model, [h for i, h in enumerate(recorded) if i not in drop])
+    return kept
+
+
 def heads_to_keep(layer: int, current: int, heads: list[int]) -> list[int]:
     """Current positions that stay when `heads` go; refuses unknown heads and removing every head."""
     drop = set(heads)

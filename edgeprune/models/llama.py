@@ -17,12 +17,12 @@ import torch
 from torch import nn
 
 from edgeprune.models.base import (
-    KEPT_HEADS_CONFIG_KEY,
     AttentionBlock,
     AttentionProbsFn,
     HeadOutputFn,
     ModelAdapter,
     capture_attention_probs,
+    drop_layers,
     find_config,
     head_rows,
     record_heads,
@@ -226,18 +226,10 @@ class LlamaAdapter(ModelAdapter):
     def remove_layers(self, model: nn.Module, layers: list[int]) -> None:
         modules = self._layers(model)
         drop = set(layers)
-        if not drop <= set(range(len(modules))) or len(drop) >= len(modules):
-            raise ValueError(f"can remove some of layers 0..{len(modules) - 1} but not all; got {sorted(layers)}")
         config = self._config(model)
         if getattr(config, "is_heterogeneous", False):
             raise ValueError("removing layers from a model with a per-layer (heterogeneous) config is not supported")
-        original = self._original_heads(model)
-        container = next(m for m in model.modules() if isinstance(m, nn.ModuleList) and modules[0] in list(m))
-        kept = nn.ModuleList(m for i, m in enumerate(container) if i not in drop)
-        for parent in model.modules():
-            for name, child in list(parent.named_children()):
-                if child is container:
-                    setattr(parent, name, kept)
+        kept = drop_layers(model, modules, drop)
         # caches are indexed by layer_idx, so the remaining layers are renumbered 0..n-1
         for index, layer in enumerate(kept):
             for module in (layer, layer.self_attn):
@@ -246,13 +238,10 @@ class LlamaAdapter(ModelAdapter):
         if config is None:
             return
         old_count = len(modules)
-        config.num_hidden_layers = len(kept)
         for name in [n for n in vars(config) if n.endswith("layer_types")]:
             values = getattr(config, name)
             if isinstance(values, list | tuple) and len(values) == old_count:
                 setattr(config, name, [v for i, v in enumerate(values) if i not in drop])
-        if getattr(config, KEPT_HEADS_CONFIG_KEY, None) is not None:
-            setattr(config, KEPT_HEADS_CONFIG_KEY, [h for i, h in enumerate(original) if i not in drop])
         for module in model.modules():
             if hasattr(module, "has_sliding_layers") and isinstance(getattr(config, "layer_types", None), list):
                 module.has_sliding_layers = "sliding_attention" in config.layer_types

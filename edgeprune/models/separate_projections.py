@@ -11,12 +11,12 @@ import torch
 from torch import nn
 
 from edgeprune.models.base import (
-    KEPT_HEADS_CONFIG_KEY,
     AttentionBlock,
     AttentionProbsFn,
     HeadOutputFn,
     ModelAdapter,
     capture_attention_probs,
+    drop_layers,
     find_config,
     head_rows,
     heads_to_keep,
@@ -145,19 +145,4 @@ class SeparateProjectionsAdapter(ModelAdapter):
         record_heads(model, original)
 
     def remove_layers(self, model: nn.Module, layers: list[int]) -> None:
-        modules = self._layers(model)
-        drop = set(layers)
-        if not drop <= set(range(len(modules))) or len(drop) >= len(modules):
-            raise ValueError(f"can remove some of layers 0..{len(modules) - 1} but not all; got {sorted(layers)}")
-        original = self._original_heads(model)
-        container = next(m for m in model.modules() if isinstance(m, nn.ModuleList) and modules[0] in list(m))
-        kept = nn.ModuleList(m for i, m in enumerate(container) if i not in drop)
-        for parent in model.modules():
-            for name, child in list(parent.named_children()):
-                if child is container:
-                    setattr(parent, name, kept)
-        config = find_config(model)
-        if config is not None:
-            config.num_hidden_layers = len(kept)
-            if getattr(config, KEPT_HEADS_CONFIG_KEY, None) is not None:
-                record_heads(model, [h for i, h in enumerate(original) if i not in drop])
+        drop_layers(model, self._layers(model), set(layers))
