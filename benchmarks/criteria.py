@@ -18,6 +18,7 @@ from pathlib import Path
 
 import numpy as np
 import torch
+from split_quality import dense_test_embeddings, evaluate
 
 from edgeprune import HeadScores, bundled_task, plan_global_topk, score_heads
 from edgeprune.importance import CRITERIA
@@ -25,19 +26,6 @@ from edgeprune.progress import Progress
 from edgeprune.pruning import apply_plan, iterative_prune
 
 RATIOS = (0.25, 0.5, 0.75)
-
-
-@torch.no_grad()
-def evaluate(model, task, dense_embeddings):
-    correct, cosines = 0, []
-    offset = 0
-    for batch in task.batches("test", 32):
-        logits, embedding = model(batch["input_ids"], batch["attention_mask"])
-        correct += int((logits.argmax(-1) == batch["labels"]).sum())
-        reference = dense_embeddings[offset:offset + len(embedding)]
-        cosines.append(torch.nn.functional.cosine_similarity(embedding, reference, dim=-1))
-        offset += len(embedding)
-    return correct / offset, float(torch.cat(cosines).mean())
 
 
 def main() -> int:
@@ -51,9 +39,7 @@ def main() -> int:
     task = bundled_task("minilm-bbc", progress=Progress(enabled=False))
     teacher = task.teacher().model
     total_heads = 72
-    with torch.no_grad():
-        dense_embeddings = torch.cat([teacher(b["input_ids"], b["attention_mask"])[1]
-                                      for b in task.batches("test", 32)])
+    dense_embeddings = dense_test_embeddings(teacher, task)
     dense_accuracy, _ = evaluate(teacher, task, dense_embeddings)
     rows = [{"method": "dense", "ratio": 0.0, "accuracy": dense_accuracy, "cosine": 1.0, "seconds": 0.0}]
     print(f"torch threads: {torch.get_num_threads()}; dense test accuracy {dense_accuracy:.4f}", file=sys.stderr)

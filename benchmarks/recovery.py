@@ -21,6 +21,7 @@ import time
 from pathlib import Path
 
 import torch
+from split_quality import dense_test_embeddings, evaluate
 
 from edgeprune import bundled_task, plan_global_topk, score_heads
 from edgeprune.progress import Progress
@@ -29,19 +30,6 @@ from edgeprune.recovery import DistillConfig, DistillData, distill
 from edgeprune.recovery.schedules import prune_and_recover
 
 TOTAL_HEADS = 72
-
-
-@torch.no_grad()
-def evaluate(model, task, dense_embeddings, limit):
-    model.eval()
-    correct, cosines, offset = 0, [], 0
-    for batch in task.batches("test", 32, limit=limit):
-        logits, embedding = model(batch["input_ids"], batch["attention_mask"])
-        correct += int((logits.argmax(-1) == batch["labels"]).sum())
-        reference = dense_embeddings[offset:offset + len(embedding)]
-        cosines.append(torch.nn.functional.cosine_similarity(embedding, reference, dim=-1))
-        offset += len(embedding)
-    return correct / offset, float(torch.cat(cosines).mean())
 
 
 def main() -> int:
@@ -73,8 +61,7 @@ def main() -> int:
         print(f"warning: the test split has only {test_size} documents", file=sys.stderr)
     teacher = task.teacher().model
     with torch.no_grad():
-        dense_embeddings = torch.cat([teacher(b["input_ids"], b["attention_mask"])[1]
-                                      for b in task.batches("test", 32, limit=args.test_limit)])
+        dense_embeddings = dense_test_embeddings(teacher, task, args.test_limit)
     dense_accuracy, _ = evaluate(teacher, task, dense_embeddings, args.test_limit)
     data = DistillData.from_task(task, args.batch_size, seed=0, train_limit=args.train_limit,
                                  validation_limit=args.validation_limit)
