@@ -21,9 +21,10 @@ demo: $(STAMP)
 	$(BIN)/edgeprune fit --device host --max-mb 30
 
 test: $(STAMP)
-	# the transport tests drive a real sshd, ssh client and adb client (Debian packages)
-	(command -v sshd || test -x /usr/sbin/sshd) >/dev/null && command -v ssh >/dev/null && command -v adb >/dev/null || \
-		(apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq openssh-server openssh-client adb)
+	# the transport tests drive a real sshd, ssh client and adb client, the report test a headless chromium (Debian)
+	(command -v sshd || test -x /usr/sbin/sshd) >/dev/null && command -v ssh >/dev/null && command -v adb >/dev/null \
+		&& command -v chromium >/dev/null || (apt-get update -qq && DEBIAN_FRONTEND=noninteractive \
+		apt-get install -y -qq openssh-server openssh-client adb chromium)
 	$(BIN)/python -m pytest -q -rs
 
 test-fast: $(STAMP)

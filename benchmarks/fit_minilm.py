@@ -33,8 +33,8 @@ def main() -> int:
         out = args.out / f"fit_minilm-{max_mb:g}mb"
         shutil.rmtree(out, ignore_errors=True)
         started = time.perf_counter()
-        result = fit(bundled_task("minilm-bbc", progress=Progress()), "host", Budget(max_mb=max_mb), out,
-                     FitOptions(bench_runs=args.runs))
+        result = fit(bundled_task("minilm-bbc", progress=Progress()), device="host", budget=Budget(max_mb=max_mb),
+                     out=out, options=FitOptions(bench_runs=args.runs))
         wall = time.perf_counter() - started
         records.append({"max_mb": max_mb, "wall_s": round(wall, 1), "result": to_jsonable(result)})
         for artifact in (result.dense, result.fitted):

@@ -28,7 +28,18 @@ from edgeprune.quantize import quantize  # noqa: E402
 from edgeprune.recovery import DistillConfig, DistillData, DistillResult, distill, prune_and_recover  # noqa: E402
 from edgeprune.search import Budget, FitResult  # noqa: E402
 from edgeprune.search.fit import FitOptions, fit  # noqa: E402
-from edgeprune.tasks import TextClassificationTask, bundled_task  # noqa: E402
+from edgeprune.tasks import (  # noqa: E402
+    TASKS,
+    CausalLMTask,
+    EmbeddingTask,
+    ImageClassificationTask,
+    Quality,
+    Task,
+    TextClassificationTask,
+    bundled_task,
+    make_task,
+    module_task,
+)
 
 __all__ = [
     "Budget", "BenchmarkResult", "BudgetNotMetError", "Constraints", "DeviceProfile", "EdgepruneError", "FitOptions",
@@ -37,5 +48,6 @@ __all__ = [
     "iterative_prune", "learn_head_gates", "load", "load_artifact", "load_profile", "measure_flops", "plan_global_topk",
     "plan_hard_concrete", "plan_per_layer", "plan_threshold", "predicted_flops", "predicted_parameter_count",
     "prune_heads", "quantize", "save", "score_heads", "score_layers", "verify_artifact", "DistillConfig", "DistillData",
-    "DistillResult", "distill", "prune_and_recover", "benchmark_on",
+    "DistillResult", "distill", "prune_and_recover", "benchmark_on", "TASKS", "CausalLMTask", "EmbeddingTask",
+    "ImageClassificationTask", "Quality", "Task", "make_task", "module_task",
 ]

@@ -196,3 +196,52 @@ adb_port = {endpoint.adb_port}
     assert main(["devices", "check", str(profile)]) == 0
     report = json.loads(capsys.readouterr().out)
     assert report["connection"] == f"adb device {peer.serial}" and report["ok"] and report["runtimes"]["litert"]
+
+
+def test_a_native_tool_missing_on_the_phone_is_one_clean_line(phone, tmp_path, tiny_bert_dir, capsys):
+    """The profile's native runner through the real adb client; the peer has no benchmark_model, as a phone
+    before `adb push benchmark_model /data/local/tmp/` has none."""
+    from edgeprune.cli import main
+
+    peer, endpoint = phone
+    artifact = tmp_path / "m.tflite"
+    artifact.write_bytes(b"TFL3 not a real model")  # never loaded: the tool is missing
+    profile = tmp_path / "phone.toml"
+    profile.write_text(f"""name = "phone"
+description = "the loopback adb peer with native tools"
+[hardware]
+arch = "aarch64"
+cores = 8
+ram_mb = 8192
+[runtime]
+name = "litert"
+threads = 4
+runner = "native"
+benchmark_model = "{tmp_path}/no-such/benchmark_model"
+[budgets]
+[connection]
+kind = "adb"
+serial = "REPLACED-BY-THE-FLAG"
+""")
+    code = main(["bench", str(artifact), "--device", str(profile), "--adb", peer.serial, "--adb-port",
+                 str(endpoint.adb_port), "--model", str(tiny_bert_dir), "--max-length", "16", "--quiet"])
+    err = capsys.readouterr().err
+    assert code == 2 and len(err.strip().splitlines()) == 1, err
+    assert f"cannot run benchmark_model at {tmp_path}/no-such/benchmark_model on adb device {peer.serial}" in err
+
+
+def test_thermal_state_is_read_through_the_transport(phone):
+    """What the native path reads before and after a run: sysfs in one `grep -H` round trip, commands by adb."""
+    from edgeprune.bench.native_run import TransportEnvironment
+
+    _, endpoint = phone
+    with AdbTransport(endpoint) as transport:
+        env = TransportEnvironment(transport, (f"{adb_module.DEVICE_ROOT}/*/zone*/t*",))
+        transport.run(["sh", "-c", "mkdir zone0 zone1 && echo 45000 > zone0/temp && echo cpu > zone0/type && "
+                                   "echo 51500 > zone1/temp"])
+        assert env.files == {}  # nothing there at the first snapshot
+        env.refresh()
+        root = transport.workdir
+        assert env.glob(f"{adb_module.DEVICE_ROOT}/*/zone*") == [f"{root}/zone0", f"{root}/zone1"]
+        assert env.read(f"{root}/zone0/temp") == "45000" and env.read(f"{root}/zone1/temp") == "51500"
+        assert env.run(["echo", "a b"]) == "a b\n"

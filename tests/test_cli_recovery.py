@@ -61,13 +61,13 @@ def test_distill_errors_are_one_line_with_exit_2(tiny_bert_dir, pruned_dir, tmp_
     base = ["--teacher-model", str(tiny_bert_dir), "--max-length", "16"]
     cases = [
         (["--model", str(tmp_path / "missing"), "--out", str(tmp_path / "o")], "does not exist"),
-        (["--model", str(pruned_dir), "--config", str(tmp_path / "none.json"), "--out", str(tmp_path / "o")],
+        (["--model", str(pruned_dir), "--distill-config", str(tmp_path / "none.json"), "--out", str(tmp_path / "o")],
          "does not exist"),
-        (["--model", str(pruned_dir), "--config", str(tmp_path / "bad.json"), "--out", str(tmp_path / "o")],
+        (["--model", str(pruned_dir), "--distill-config", str(tmp_path / "bad.json"), "--out", str(tmp_path / "o")],
          "not valid JSON"),
-        (["--model", str(pruned_dir), "--config", str(tmp_path / "unknown.json"), "--out", str(tmp_path / "o")],
+        (["--model", str(pruned_dir), "--distill-config", str(tmp_path / "unknown.json"), "--out", str(tmp_path / "o")],
          "unknown fields"),
-        (["--model", str(pruned_dir), "--config", str(tmp_path / "invalid.json"), "--out", str(tmp_path / "o")],
+        (["--model", str(pruned_dir), "--distill-config", str(tmp_path / "invalid.json"), "--out", str(tmp_path / "o")],
          "temperature must be > 0"),
         (["--model", str(pruned_dir), "--max-steps", "0", "--out", str(tmp_path / "o")], "max_steps must be at least"),
         (["--model", str(pruned_dir), "--out", str(tmp_path / "full")], "not empty"),
@@ -77,6 +77,70 @@ def test_distill_errors_are_one_line_with_exit_2(tiny_bert_dir, pruned_dir, tmp_
     for extra, message in cases:
         try:
             code = edgeprune.cli.main(["distill", *base, *extra])
+        except SystemExit as exit_:  # argparse errors exit from the parser
+            code = exit_.code
+        err = capsys.readouterr().err
+        assert code == 2 and message in err and len(err.strip().splitlines()) == 1, (extra, err)
+        assert not (tmp_path / "o").exists()
+
+
+def test_distill_removes_a_layer_and_ffn_neurons_then_recovers(tiny_bert_dir, pruned_dir, tmp_path, capsys):
+    from edgeprune.pruning.ffn import intermediate_sizes
+
+    out = tmp_path / "smaller"
+    code = edgeprune.cli.main(["distill", "--model", str(pruned_dir), "--teacher-model", str(tiny_bert_dir),
+                               "--max-length", "16", "--max-steps", "2", "--eval-every", "2", "--train-limit", "32",
+                               "--validation-limit", "32", "--remove-layers", "1", "--ffn-ratio", "0.25",
+                               "--scoring-batches", "2", "--hidden-weight", "1", "--out", str(out), "--quiet"])
+    assert code == 0
+    report = json.loads((out / "distill.json").read_text())
+    removed = report["removed_layers"]
+    assert len(removed) == 1 and report["layer_map"] == [i for i in range(3) if i not in removed]
+    assert report["result"]["config"]["layer_map"] == report["layer_map"]  # hidden alignment against kept layers
+    assert report["intermediate_sizes"] == [48, 48] and report["ffn_criterion"] == "activation"
+    printed = capsys.readouterr().out
+    assert f"removed layers {removed}; FFN widths [48, 48]; distilled 2 steps (max_steps)" in printed
+    recovered = load(out)
+    heads = {0: 2, 1: 4, 2: 3}  # from pruned_dir
+    assert [b.num_heads for b in adapter_for(recovered).attention_blocks(recovered)] == [
+        heads[i] for i in report["layer_map"]]
+    assert intermediate_sizes(recovered) == [48, 48] and recovered.config.num_hidden_layers == 2
+
+
+def test_ffn_only_with_the_weight_norm_criterion(tiny_bert_dir, pruned_dir, tmp_path, capsys):
+    from edgeprune.pruning.ffn import intermediate_sizes
+
+    out = tmp_path / "narrow"
+    code = edgeprune.cli.main(["distill", "--model", str(pruned_dir), "--teacher-model", str(tiny_bert_dir),
+                               "--max-length", "16", "--max-steps", "1", "--eval-every", "1", "--train-limit", "16",
+                               "--validation-limit", "16", "--ffn-ratio", "0.5", "--ffn-criterion", "weight-norm",
+                               "--out", str(out), "--quiet"])
+    assert code == 0
+    report = json.loads((out / "distill.json").read_text())
+    assert "removed_layers" not in report and report["intermediate_sizes"] == [32, 32, 32]
+    assert "FFN widths [32, 32, 32]; distilled 1 steps" in capsys.readouterr().out
+    recovered = load(out)
+    assert intermediate_sizes(recovered) == [32, 32, 32]
+    assert [b.num_heads for b in adapter_for(recovered).attention_blocks(recovered)] == [2, 4, 3]
+
+
+def test_layer_and_ffn_option_errors_are_one_line_with_exit_2(tiny_bert_dir, pruned_dir, tmp_path, capsys):
+    base = ["distill", "--model", str(pruned_dir), "--teacher-model", str(tiny_bert_dir), "--max-length", "16",
+            "--out", str(tmp_path / "o")]
+    cases = [
+        (["--remove-layers", "3"], "--remove-layers 3: the model has 3 layers, so 1..2 can go"),
+        (["--remove-layers", "-1"], "--remove-layers must be >= 0, got -1"),
+        (["--remove-layers", "two"], "invalid int value"),
+        (["--ffn-ratio", "1"], "--ffn-ratio must be a share of neurons in [0, 1), got 1.0"),
+        (["--ffn-ratio", "-0.1"], "--ffn-ratio must be a share of neurons in [0, 1)"),
+        (["--ffn-ratio", "nan"], "--ffn-ratio must be a share of neurons in [0, 1), got nan"),
+        (["--ffn-ratio", "half"], "invalid float value"),
+        (["--ffn-ratio", "0.5", "--ffn-criterion", "taylor"], "invalid choice: 'taylor'"),
+        (["--remove-layers", "1", "--scoring-batches", "0"], "--scoring-batches must be at least 1"),
+    ]
+    for extra, message in cases:
+        try:
+            code = edgeprune.cli.main([*base, *extra])
         except SystemExit as exit_:  # argparse errors exit from the parser
             code = exit_.code
         err = capsys.readouterr().err

@@ -72,3 +72,18 @@ def test_head_and_layer_scores_round_trip_through_json():
     again = LayerScores.from_dict(json.loads(json.dumps(layers.to_dict())))
     np.testing.assert_array_equal(again.scores, layers.scores)
     assert (again.criterion, again.num_examples, again.block_size) == ("angular-distance", 4, 2)
+
+
+def test_per_layer_normalizations_skip_removed_heads_and_unknown_ones_are_refused():
+    raw = HeadScores(np.array([[1.0, 2.0, np.nan, 3.0], [4.0, 4.0, 4.0, 4.0]]), "x", 1)
+    l2 = raw.normalize_per_layer()
+    np.testing.assert_allclose(l2.scores[0, [0, 1, 3]], np.array([1, 2, 3]) / np.sqrt(14))
+    zscore = raw.normalize_per_layer("zscore")
+    np.testing.assert_allclose(zscore.scores[0, [0, 1, 3]], np.array([-1, 0, 1]) / np.sqrt(2 / 3))
+    np.testing.assert_array_equal(zscore.scores[1], np.zeros(4))  # a constant layer: all equal, no division by 0
+    assert np.isnan(zscore.scores[0, 2]) and zscore.normalized_per_layer
+    unchanged = raw.normalize_per_layer("none")
+    np.testing.assert_array_equal(unchanged.scores, raw.scores)
+    assert not unchanged.normalized_per_layer and unchanged.scores is not raw.scores
+    with pytest.raises(ValueError, match="l2, zscore, none"):
+        raw.normalize_per_layer("minmax")

@@ -69,6 +69,9 @@ def test_bundled_board_profiles_state_hardware_budgets_power_and_connection():
     assert jetson.mem_bandwidth_gbs == 68.0 and jetson.threads == 6 and jetson.power.sensor == "ina3221"
     phone = load_profile("android-arm64")
     assert phone.endpoint.kind == "adb" and phone.endpoint.serial and phone.python is None
+    assert phone.runner == "native" and phone.native_binaries == {
+        "litert": "/data/local/tmp/benchmark_model", "executorch": "/data/local/tmp/executor_runner"}
+    assert load_profile("pi5").runner == "python" and load_profile("pi5").native_binaries == {}
     assert [c.cpus for c in phone.clusters] == [(0, 1, 2, 3), (4, 5, 6, 7), (8,)]
     assert load_profile("host").endpoint.kind == "local" and load_profile("host").power is None
 
@@ -110,6 +113,8 @@ def test_an_ssh_profile_with_everything_optional(tmp_path):
         ("max_mb = 25", "max_mb = 25\n[power]\nidle_w = 1\nactive_w = 3\nsensor = \"ammeter\"",
          "power.sensor = 'ammeter'; supported: vcgencmd, ina3221"),
         ("max_mb = 25", "max_mb = 25\n[power]\nidle_w = 1", "missing power.active_w"),
+        ("threads = 4", 'threads = 4\nrunner = "native"', "runtime.runner = 'native' needs runtime.benchmark_model"),
+        ("threads = 4", 'threads = 4\nrunner = "jni"', "runtime.runner = 'jni'; supported: python, native"),
         ("ram_mb = 4096", 'ram_mb = 4096\n[[hardware.clusters]]\nname = "big"\ncpus = [0, 1]\nmax_mhz = 2000',
          "hardware.clusters cover 2 CPUs but hardware.cores = 4"),
         ("ram_mb = 4096", 'ram_mb = 4096\n[[hardware.clusters]]\nname = "big"\ncpus = [0, 9]\nmax_mhz = 2000',

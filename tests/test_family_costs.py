@@ -62,3 +62,55 @@ def test_roberta_uses_the_bert_adapter_and_removal_equals_gating():
     pruned = prune_heads(copy.deepcopy(model), {0: [1, 3]})
     with torch.no_grad():
         torch.testing.assert_close(pruned(**data).last_hidden_state, expected, atol=1e-5, rtol=1e-5)
+
+
+def _gqa_plans():
+    """Per layer of a 2-layer, 4-query-head, 2-KV-head decoder (groups [0, 1] and [2, 3])."""
+    return {
+        "whole-group": PruningPlan([4, 4], [[0, 1], [2, 3]]),
+        "per-group": PruningPlan([4, 4], [[0, 2], [1, 3]]),
+        "group-and-per-group": PruningPlan([4, 4], [[1], [0, 1, 2, 3]]),
+        "mixed-layers": PruningPlan([4, 4], [[2, 3], [0, 3]]),
+    }
+
+
+@pytest.mark.parametrize("attention", ["eager", "sdpa"])
+@pytest.mark.parametrize("family", ["llama", "qwen2"])
+@pytest.mark.parametrize("form", list(_gqa_plans()))
+def test_gqa_flops_after_the_plan_are_exactly_predicted(family, form, attention):
+    from tests.test_llama_adapter import tiny
+
+    model = tiny(family, attn_implementation=attention)
+    ids = torch.randint(3, 128, (2, 10), generator=torch.Generator().manual_seed(3))
+    data = {"input_ids": ids, "attention_mask": torch.ones_like(ids)}
+    plan = _gqa_plans()[form]
+    flops = predicted_flops(model, plan, data)
+    assert flops < measure_flops(model, data)
+    pruned = apply_plan(copy.deepcopy(model), plan)
+    assert measure_flops(pruned, data) == flops
+    assert sum(p.numel() for p in pruned.parameters()) == predicted_parameter_count(model, plan)
+
+
+def test_gqa_flop_prediction_counts_kv_rows_only_when_a_whole_group_goes():
+    from edgeprune.pruning.cost import head_flops, kv_head_flops
+    from tests.test_llama_adapter import tiny
+
+    model = tiny("llama")  # hidden 64, head size 16, 4 query heads on 2 KV heads
+    ids = torch.randint(3, 128, (2, 10), generator=torch.Generator().manual_seed(3))
+    data = {"input_ids": ids, "attention_mask": torch.ones_like(ids)}
+    query_head = 2 * 2 * 10 * (16 * 64 + 64 * 16) + 2 * 2 * 2 * 10 * 10 * 16
+    kv_head = 2 * 2 * 10 * 2 * 16 * 64
+    assert head_flops(model, 0, 2, 10) == query_head and kv_head_flops(model, 0, 2, 10) == kv_head
+    dense = measure_flops(model, data)
+    assert predicted_flops(model, PruningPlan([4, 4], [[0, 2], [0, 1, 2, 3]]), data) == dense - 2 * query_head
+    assert predicted_flops(model, PruningPlan([4, 4], [[0, 1], [0, 1, 2, 3]]), data) == dense - 2 * query_head - kv_head
+
+
+def test_gqa_flop_prediction_refuses_a_plan_that_breaks_the_groups():
+    from edgeprune.errors import UserInputError
+    from tests.test_llama_adapter import tiny
+
+    ids = torch.randint(3, 128, (2, 10), generator=torch.Generator().manual_seed(3))
+    with pytest.raises(UserInputError, match="KV groups"):
+        predicted_flops(tiny("llama"), PruningPlan([4, 4], [[0, 1, 2], [0, 1, 2, 3]]),
+                        {"input_ids": ids, "attention_mask": torch.ones_like(ids)})

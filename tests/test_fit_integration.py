@@ -28,6 +28,10 @@ def _int8_file_bytes(model_dir, heads_removed_per_layer, tmp_path):
     return export(model, inputs, tmp_path / "probe.pte", "int8").size_bytes
 
 
+def result_labels(out):
+    return json.loads((out / "result.json").read_text())["task"]["labels"]
+
+
 def test_fit_removes_heads_until_the_artifact_fits(small_bert_dir, tmp_path, capsys):
     # exactly the size with 4 of 8 heads gone (head sizes are equal): int8 alone is not enough,
     # and the best-quality fit removes 4 heads, not more
@@ -37,18 +41,29 @@ def test_fit_removes_heads_until_the_artifact_fits(small_bert_dir, tmp_path, cap
                  "--out", str(out), "--json", *FAST])
     printed = json.loads(capsys.readouterr().out)
     assert code == 0, printed["message"]
-    assert sorted(p.name for p in out.iterdir()) == ["dense-fp32.pte", "model.pte", "report.md", "result.json"]
-    assert not list(tmp_path.glob(".fit.partial-*"))
+    names = {p.name for p in out.iterdir()}
+    assert {"dense-fp32.pte", "model.pte", "report.md", "report.html", "result.json", "model.json", "labels.json",
+            "vocab.txt"} <= names
+    assert not [n for n in names if n.startswith("candidate-") or n == "journal.json"]
+    assert not list(tmp_path.glob(".fit.partial*"))
+    signature = json.loads((out / "model.json").read_text())
+    assert signature["inputs"] == [{"name": "input_ids", "shape": [1, 32], "dtype": "int64"},
+                                   {"name": "attention_mask", "shape": [1, 32], "dtype": "int64"}]
+    assert json.loads((out / "labels.json").read_text())["labels"] == result_labels(out)
     result = json.loads((out / "result.json").read_text())
     assert result == printed and result["status"] == "fit"
     fitted = result["fitted"]
     assert fitted["file_bytes"] == (out / "model.pte").stat().st_size <= budget_mb * 1e6
-    assert fitted["plan"]["heads_removed"] == 4 and fitted["recipe"] == "int8"
     assert all(len(kept) >= 1 for kept in fitted["plan"]["kept_heads"])
-    # minimal: one step less pruning with int8 either was exported and over budget or could not fit
-    removed = fitted["plan"]["heads_removed"]
-    fewer = [t for t in result["trials"] if t["recipe"] == "int8" and t["heads_removed"] < removed]
+    # int8 needs exactly 4 heads gone: one step less pruning was exported and over budget, or could not fit
+    int8 = {c["plan"]["heads_removed"]: c for c in result["candidates"] if c["recipe"] == "int8"}
+    assert min(n for n, c in int8.items() if all(check["passed"] for check in c["checks"])) == 4
+    fewer = [t for t in result["trials"] if t["recipe"] == "int8" and t["heads_removed"] < 4]
     assert fewer and all(t["fits"] in (False, None) for t in fewer)
+    # the winner has the best validation accuracy among the candidates that meet the budget
+    meeting = [c for c in result["candidates"] if all(check["passed"] for check in c["checks"])]
+    assert fitted["validation_quality"]["value"] == max(c["validation_quality"]["value"] for c in meeting)
+    assert fitted["label"] == "fitted" and "model.pte" in result["pareto"]  # nothing beats it on every axis
     for artifact in (result["dense"], fitted):
         bench = artifact["benchmark"]
         assert bench["timed_runs"] >= 20 and len(bench["latency_ms"]) == bench["timed_runs"]
@@ -68,9 +83,10 @@ def test_fit_that_cannot_fit_exits_3_with_the_closest_result(small_bert_dir, tmp
     code = main(["fit", "--model", str(small_bert_dir), "--max-mb", "0.05", "--out", str(out), *FAST])
     captured = capsys.readouterr()
     assert code == 3
-    assert "cannot fit 0.05 MB" in captured.out
+    assert "cannot meet size" in captured.out and "--max-mb" in captured.out
     result = json.loads((out / "result.json").read_text())
     assert result["status"] == "budget_not_met" and result["fitted"]["label"] == "closest"
+    assert result["binding_budgets"] == ["size"] and result["suggestions"]
     assert result["fitted"]["plan"]["heads_removed"] == 6 and result["fitted"]["recipe"] == "int4"  # the smallest
 
 

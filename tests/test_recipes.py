@@ -7,7 +7,7 @@ from edgeprune.errors import UserInputError, VerificationError
 from edgeprune.export import export, export_prepared, load_artifact, verify_artifact
 from edgeprune.models.classifier import EncoderClassifier
 from edgeprune.pruning import prune_heads
-from edgeprune.quantize import RECIPES, SizeModel, quantize, recipe_for_runtime
+from edgeprune.quantize import RECIPES, UNVERIFIED_RECIPES, SizeModel, any_recipe, quantize, recipe_for_runtime
 from edgeprune.quantize.int4_embedding import Int4Embedding
 from edgeprune.quantize.int8_embedding import Int8Embedding
 from edgeprune.quantize.size_model import payload_bytes
@@ -48,14 +48,14 @@ def test_int4_embedding_packs_two_values_a_byte_within_half_a_step():
         Int4Embedding.from_embedding(torch.nn.Embedding(4, 3))
 
 
-@pytest.mark.parametrize("name", RECIPES.names())
+@pytest.mark.parametrize("name", RECIPES.names() + sorted(UNVERIFIED_RECIPES))
 def test_recipe_exports_an_artifact_that_matches_its_pytorch_source_and_the_size_model(name, tmp_path):
-    recipe = RECIPES.get(name)
+    recipe = any_recipe(name)
     suffix = ".pte" if recipe.runtime == "executorch" else ".tflite"
     inputs = _inputs()
     sizes = SizeModel()
     for index, model in enumerate((_model(), prune_heads(_model(), {0: [0, 1], 1: [2], 2: [1, 3]}))):
-        prepared = quantize(model, name)
+        prepared = quantize(model, recipe, calibration=_inputs(8, seed=3) if recipe.calibrated else None)
         artifact = export_prepared(prepared, inputs[0], tmp_path / f"{index}{suffix}", recipe)
         assert artifact.runtime == recipe.runtime and artifact.recipe == name
         check = verify_artifact(prepared, load_artifact(artifact.path), inputs, recipe.min_cosine)
@@ -69,10 +69,15 @@ def test_recipe_exports_an_artifact_that_matches_its_pytorch_source_and_the_size
 
 def test_smaller_recipes_make_smaller_payloads():
     model = _model()
-    sizes = {name: payload_bytes(model, RECIPES.get(name)) for name in RECIPES.names()}
+    sizes = {name: payload_bytes(model, any_recipe(name)) for name in RECIPES.names() + list(UNVERIFIED_RECIPES)}
     assert sizes["int8-emb4"] < sizes["int8"] < sizes["int8-linear"] < sizes["fp32"]
     assert sizes["int4-linear"] < sizes["int8"]
     assert sizes["litert-int8"] < sizes["litert-fp16"] < sizes["litert-fp32"] == sizes["fp32"]
+    # static int8 stores what dynamic int8 stores; only when activations are quantized differs
+    assert sizes["int8-static"] == sizes["int8"]
+    # edgeprune's int8 tables keep 4 bytes a row where LiteRT's per-channel format keeps 12
+    table_rows = sum(m.num_embeddings for m in model.modules() if isinstance(m, torch.nn.Embedding))
+    assert sizes["litert-int8"] - sizes["litert-int8-static"] == 8 * table_rows
 
 
 def test_a_recipe_for_another_runtime_is_refused_with_the_right_names():

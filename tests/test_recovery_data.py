@@ -31,7 +31,7 @@ class NoTestTask(TextClassificationTask):
 
 @pytest.fixture
 def task(tiny_bert_dir, bbc_sample):
-    return NoTestTask(name="tiny", model_path=tiny_bert_dir, load_documents=lambda: bbc_sample, max_length=16,
+    return NoTestTask(name="tiny", model_path=tiny_bert_dir, load_items=lambda: bbc_sample, max_length=16,
                       progress=QUIET)
 
 

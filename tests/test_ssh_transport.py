@@ -7,6 +7,7 @@ system ssh client with strict host-key checking, as it would to a Raspberry Pi.
 import json
 import os
 import platform
+import shutil
 import sys
 import threading
 import time
@@ -173,6 +174,12 @@ def test_devices_check_over_ssh_reports_the_device(sshd, tmp_path, capsys):
     assert report["connection"] == f"{sshd.user}@127.0.0.1:{sshd.port}" and report["ok"]
     assert report["arch"] == platform.machine() and report["cores"] == os.cpu_count() and report["ram_mb"] > 0
     assert report["python"] == platform.python_version() and report["runtimes"]["executorch"] == "1.5.1"
+    sensors = report["sensors"]
+    assert set(sensors["power"]) == {"battery", "ina3221", "rapl", "tegrastats", "vcgencmd"}
+    assert set(sensors["thermal"]) == {"thermal-zones", "thermalservice", "vcgencmd-throttled"}
+    assert all(text.startswith(("readable: ", "unavailable: ")) for text in sensors["power"].values())
+    if shutil.which("vcgencmd") is None:
+        assert sensors["power"]["vcgencmd"] == "unavailable: vcgencmd is not installed on the device"
 
 
 @pytest.mark.integration
@@ -200,9 +207,22 @@ def test_cli_bench_uses_the_profile_connection(sshd, artifacts, tiny_bert_dir, t
     profile = write_profile(tmp_path, sshd)
     assert load_profile(str(profile)).endpoint.port == sshd.port
     assert main(["bench", str(paths[".tflite"]), "--device", str(profile), "--model", str(tiny_bert_dir),
-                 "--max-length", "32", "--runs", "3", "--warmup", "1", "--quiet"]) == 0
+                 "--max-length", "32", "--runs", "3", "--warmup", "1", "--quiet", "--json",
+                 "--out", str(tmp_path)]) == 0
     result = json.loads(capsys.readouterr().out)
     assert result["device"] == "loopback-board" and result["runtime"] == "litert" and result["threads"] == 1
+    assert result["energy_source"] in ("unavailable", "measured:rapl") and "energy_detail" in result
+    assert (tmp_path / f"{paths['.tflite'].name}.loopback-board.bench.md").read_text().startswith("# edgeprune bench")
+
+
+def test_an_ssh_command_past_its_timeout_exits_6_in_one_line(sshd, artifacts, tiny_bert_dir, tmp_path, capsys):
+    paths, _ = artifacts
+    profile = write_profile(tmp_path, sshd)
+    code = main(["bench", str(paths[".tflite"]), "--device", str(profile), "--model", str(tiny_bert_dir),
+                 "--max-length", "32", "--quiet", "--timeout-s", "0.05", "--out", str(tmp_path)])
+    err = capsys.readouterr().err
+    assert code == 6 and len(err.strip().splitlines()) == 1, err
+    assert f"a command on {sshd.user}@127.0.0.1:{sshd.port} ran past its 0.05 s timeout" in err
 
 
 def test_devices_check_of_an_unreachable_host_exits_5_and_ssh_flags_need_ssh(capsys):

@@ -38,5 +38,12 @@ def test_text_folder_errors(tmp_path):
     with pytest.raises(UserInputError, match="does not exist"):
         load_text_folder(tmp_path / "missing")
     (tmp_path / "empty").mkdir()
-    with pytest.raises(UserInputError, match="no non-empty"):
+    with pytest.raises(UserInputError, match=r"empty holds no usable files; expected one sub-folder per label"):
         load_text_folder(tmp_path / "empty")
+
+
+def test_bbc_news_reads_its_one_windows_1252_article():
+    from edgeprune.data import load_bbc_news
+
+    article = next(d for d in load_bbc_news() if d.source == "sports/199.txt")
+    assert "a \u00a315.8m signing" in article.text and "\ufffd" not in article.text

@@ -2,10 +2,13 @@
 
 Runs as a plain script (`python runner.py ...`) with only the standard library, numpy and the runtime
 package (`executorch`, or `ai-edge-litert` / `tflite-runtime`), so it does not import edgeprune and
-its memory figures are the runtime's own. It is the same file a Linux device will run.
+its memory figures are the runtime's own. It is the same file a Linux device will run. With
+`--sensors` (a zip of edgeprune/bench/sensors, standard library only) it also records thermal state
+before and after, and energy over the timed runs minus idle when `--power-sensor` reads on the device.
 """
 
 import argparse
+import contextlib
 import json
 import os
 import resource
@@ -76,9 +79,30 @@ def main() -> int:
     parser.add_argument("--warmup", type=int, default=5)
     parser.add_argument("--runs", type=int, default=30)
     parser.add_argument("--out", help="also write the JSON result to this file")
+    parser.add_argument("--sensors", help="zip of the edgeprune_sensors package (energy and thermal readers)")
+    parser.add_argument("--power-sensor", help="the power sensor to measure energy with (see POWER_SENSORS)")
+    parser.add_argument("--idle-s", type=float, default=1.0, help="seconds of idle power measured before the runs")
     args = parser.parse_args()
 
     import numpy as np
+
+    sensors = None
+    if args.sensors:
+        sys.path.insert(0, args.sensors)
+        import edgeprune_sensors as sensors
+    unavailable = sensors.SensorUnavailable if sensors else ()
+    # EDGEPRUNE_SENSOR_ROOT reads sysfs under another root (a fixture tree in tests, a chroot's host view)
+    environment = sensors.Environment(os.environ.get("EDGEPRUNE_SENSOR_ROOT", "/")) if sensors else None
+    thermal = sensors.meter.readable_thermal_readers(environment) if sensors else {}
+    meter, energy = None, {"unavailable": "no power sensor requested"}
+    if sensors and args.power_sensor:
+        try:
+            sensor = sensors.power_sensor(args.power_sensor, environment)
+            meter = sensors.meter.EnergyMeter(sensor)
+            meter.sensor.read()
+            energy = {"sensor": sensor.describe()}
+        except unavailable as error:
+            meter, energy = None, {"unavailable": f"{args.power_sensor}: {error}"}
 
     with np.load(args.inputs) as saved:
         inputs = [saved[f"arg_{i}"] for i in range(len(saved.files))]
@@ -93,11 +117,26 @@ def main() -> int:
     first_ms = (time.perf_counter() - start) * 1000
     for _ in range(args.warmup):
         run()
-    samples = []
-    for _ in range(args.runs):
-        start = time.perf_counter()
-        run()
-        samples.append((time.perf_counter() - start) * 1000)
+
+    def timed_runs() -> list[float]:
+        times = []
+        for _ in range(args.runs):
+            start = time.perf_counter()
+            run()
+            times.append((time.perf_counter() - start) * 1000)
+        return times
+
+    try:
+        idle_w = meter.idle_watts(args.idle_s) if meter else None
+        with meter or contextlib.nullcontext():
+            samples = timed_runs()
+    except unavailable as error:  # the sensor stopped answering mid-run: time again without it
+        meter, energy = None, {"unavailable": f"{args.power_sensor}: {error}"}
+        samples = timed_runs()
+    if meter:
+        energy.update(joules=meter.joules, seconds=meter.seconds, idle_w=idle_w, active_w=meter.watts,
+                      samples=len(meter.samples) or 2, runs=args.runs,
+                      mj_per_run=sensors.meter.millijoules_per_run(meter.joules, meter.seconds, idle_w, args.runs))
     mean = statistics.fmean(samples)
     result = {
         "runtime": args.runtime,
@@ -115,6 +154,8 @@ def main() -> int:
         "rss_before_load_mb": rss_before_load,
         "peak_rss_mb": peak_rss_mb(),
         "file_bytes": os.path.getsize(args.artifact),
+        "energy": energy,
+        **(sensors.meter.thermal_report(thermal) if sensors else {}),
     }
     json.dump(result, sys.stdout)
     sys.stdout.write("\n")

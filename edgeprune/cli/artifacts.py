@@ -2,6 +2,7 @@
 
 import argparse
 import json
+import sys
 from pathlib import Path
 
 from edgeprune.cli.common import EXIT_OK, add_task_arguments, task_from
@@ -24,7 +25,9 @@ def add_parsers(verbs: argparse._SubParsersAction) -> None:
     export.add_argument("--out", type=Path, required=True, help="artifact file (.pte or .tflite)")
     export.set_defaults(run=run_export)
 
-    bench = verbs.add_parser("bench", help="benchmark an artifact in a separate process on a device")
+    bench = verbs.add_parser(
+        "bench", help="benchmark an artifact in a separate process on a device; save JSON and Markdown",
+        epilog="exit codes: 0 done, 2 bad input, 5 device unreachable, 6 a device command timed out")
     add_task_arguments(bench)
     bench.add_argument("artifact", type=Path)
     bench.add_argument("--device", default="host", help="a device profile: its runtime, threads and connection")
@@ -32,6 +35,11 @@ def add_parsers(verbs: argparse._SubParsersAction) -> None:
     bench.add_argument("--threads", type=int, help="default: the device profile's")
     bench.add_argument("--runs", type=int, default=30)
     bench.add_argument("--warmup", type=int, default=5)
+    bench.add_argument("--binary", metavar="PATH", help="time with this native benchmark tool (benchmark_model "
+                       "for .tflite, executor_runner for .pte): a path on the device, or a local file to push")
+    bench.add_argument("--timeout-s", type=float, default=600, help="limit for the benchmark command (default 600)")
+    bench.add_argument("--out", type=Path, help="folder for the JSON and Markdown results (default: the artifact's)")
+    bench.add_argument("--json", action="store_true", help="print the result as JSON (default: the Markdown report)")
     add_connection_arguments(bench)
     bench.set_defaults(run=run_bench)
 
@@ -80,12 +88,14 @@ def run_export(args: argparse.Namespace) -> int:
     except Exception:
         args.out.unlink(missing_ok=True)  # a rejected artifact is not left looking like a good one
         raise
-    accuracy = task.runtime_accuracy(load_artifact(args.out), "validation")
+    from edgeprune.serialization import to_jsonable
+
+    quality = task.runtime_quality(load_artifact(args.out), "validation")
     summary = {"artifact": str(args.out), "runtime": args.runtime, "recipe": recipe.name,
                "file_bytes": artifact.size_bytes, "export_seconds": round(artifact.export_seconds, 1),
                "min_cosine_to_pytorch": check.min_cosine, "max_abs_error": check.max_abs_error,
-               "validation_accuracy": accuracy, "inputs": {"input_ids": [1, task.max_length],
-                                                            "attention_mask": [1, task.max_length]}}
+               f"validation_{quality.metric}": quality.value, "task": task.kind,
+               "inputs": to_jsonable(task.input_signature())}
     write_json_atomic(args.out.with_suffix(args.out.suffix + ".json"), summary)
     print(json.dumps(summary, indent=2))
     return EXIT_OK
@@ -93,9 +103,10 @@ def run_export(args: argparse.Namespace) -> int:
 
 def run_bench(args: argparse.Namespace) -> int:
     from edgeprune.bench import benchmark_on
+    from edgeprune.bench.report import render_bench_markdown
     from edgeprune.devices import load_profile
     from edgeprune.devices.transports import open_transport
-    from edgeprune.serialization import to_jsonable
+    from edgeprune.serialization import to_jsonable, write_json_atomic, write_text_atomic
 
     profile = load_profile(args.device)
     if not args.artifact.is_file():
@@ -106,10 +117,21 @@ def run_bench(args: argparse.Namespace) -> int:
         raise UserInputError("--runs must be at least 1 and --warmup at least 0")
     if args.threads is not None and args.threads < 1:
         raise UserInputError("--threads must be at least 1")
+    if args.timeout_s <= 0:
+        raise UserInputError(f"--timeout-s must be a positive number of seconds, got {args.timeout_s:g}")
     with open_transport(endpoint_from(profile, args), profile.python) as transport:
         transport.workdir  # noqa: B018 - connect now: an unreachable device fails before the model loads
         task = task_from(args)
         result = benchmark_on(transport, args.artifact, task.example_inputs("validation", 1)[0], args.runtime,
-                              args.threads or profile.threads, args.warmup, args.runs, device=profile.name)
-    print(json.dumps(to_jsonable(result), indent=2))
+                              args.threads or profile.threads, args.warmup, args.runs, device=profile.name,
+                              timeout_s=args.timeout_s, profile=profile, native_binary=args.binary)
+        connection = transport.label
+    folder = args.out or args.artifact.parent
+    stem = f"{args.artifact.name}.{profile.name}.bench"
+    write_json_atomic(folder / f"{stem}.json", to_jsonable(result))
+    markdown = render_bench_markdown(result, args.artifact, connection)
+    write_text_atomic(folder / f"{stem}.md", markdown)
+    print(json.dumps(to_jsonable(result), indent=2) if args.json else markdown, end="\n" if args.json else "")
+    if not args.quiet:
+        sys.stderr.write(f"edgeprune: wrote {folder / stem}.json and .md\n")
     return EXIT_OK

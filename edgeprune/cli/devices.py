@@ -36,16 +36,32 @@ def add_parsers(verbs: argparse._SubParsersAction) -> None:
 def add_connection_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--ssh", metavar="USER@HOST[:PORT]", help="reach the device over ssh here instead of "
                         "the profile's connection")
+    parser.add_argument("--adb", metavar="SERIAL", help="reach the device over adb here (a serial from `adb devices`) "
+                        "instead of the profile's connection")
+    parser.add_argument("--adb-port", type=int, metavar="PORT", help="the adb server's port (default: the "
+                        "profile's, else 5037)")
     parser.add_argument("--identity", type=Path, help="ssh private key (default: your ssh config and agent)")
     parser.add_argument("--trust-on-first-use", action="store_true",
                         help="accept and record an unknown ssh host key (a changed key is still refused)")
 
 
 def endpoint_from(profile, args: argparse.Namespace):  # noqa: ANN001, ANN201 - DeviceProfile -> Endpoint
-    """The profile's connection with the command line's --ssh, --identity and --trust-on-first-use applied."""
+    """The profile's connection with the command line's --ssh, --adb, --identity and --trust-on-first-use applied."""
     from edgeprune.devices.transports.ssh import parse_target
 
     endpoint = profile.endpoint
+    if args.ssh and args.adb:
+        raise UserInputError("pass --ssh or --adb, not both: a device has one connection")
+    if args.adb_port is not None and not 0 < args.adb_port < 65536:
+        raise UserInputError(f"--adb-port {args.adb_port}: expected a TCP port from 1 to 65535")
+    if args.adb:
+        keep = endpoint if endpoint.kind == "adb" else type(endpoint)()
+        endpoint = dataclasses.replace(keep, kind="adb", serial=args.adb)
+    if args.adb_port is not None:
+        if endpoint.kind != "adb":
+            raise UserInputError(f"--adb-port is for adb; device {profile.name} connects over {endpoint.kind} "
+                                 "(pass --adb SERIAL)")
+        endpoint = dataclasses.replace(endpoint, adb_port=args.adb_port)
     if args.ssh:
         user, host, port = parse_target(args.ssh)
         keep = endpoint if endpoint.kind == "ssh" else type(endpoint)()
@@ -83,7 +99,8 @@ def run_devices(args: argparse.Namespace) -> int:
 
 
 def check_device(profile, endpoint) -> dict:  # noqa: ANN001 - DeviceProfile, Endpoint
-    """Connect and report arch, cores, RAM, python and runtimes; `problems` lists what differs from the profile."""
+    """Connect and report arch, cores, RAM, python, runtimes and sensors; `problems` lists what differs from the
+    profile."""
     from edgeprune.devices.transports import open_transport
 
     with open_transport(endpoint, profile.python) as transport:
@@ -93,6 +110,7 @@ def check_device(profile, endpoint) -> dict:  # noqa: ANN001 - DeviceProfile, En
                   f"command -v {python} || echo missing; {python} -c {shlex.quote(PROBE)} 2>/dev/null || echo null")
         done = transport.run(["sh", "-c", script], timeout_s=120)
         label = transport.label
+        sensors = _probe_sensors(transport) if done.exit_code == 0 else {}
     lines = done.stdout.strip().splitlines()
     if done.exit_code != 0 or len(lines) < 5:
         answer = (done.stderr or done.stdout)[-300:]
@@ -115,4 +133,13 @@ def check_device(profile, endpoint) -> dict:  # noqa: ANN001 - DeviceProfile, En
         sys.stderr.write(f"edgeprune: {profile.name}: {problem}\n")
     return {"device": profile.name, "connection": label, "arch": arch, "cores": cores, "ram_mb": ram_mb,
             "python": versions.get("python"), "python_path": None if python_path == "missing" else python_path,
-            "numpy": versions.get("numpy"), "runtimes": runtimes, "ok": not problems, "problems": problems}
+            "numpy": versions.get("numpy"), "runtimes": runtimes, "sensors": sensors, "ok": not problems,
+            "problems": problems}
+
+
+def _probe_sensors(transport) -> dict:  # noqa: ANN001 - a Transport
+    """The energy and thermal readers the benchmark would use, read through the transport from this host."""
+    from edgeprune.bench.native_run import SENSOR_FILES, TransportEnvironment
+    from edgeprune.bench.sensors.meter import probe
+
+    return probe(TransportEnvironment(transport, SENSOR_FILES))

@@ -1,30 +1,53 @@
-"""`edgeprune fit`: prune, quantize, export and benchmark until the artifact fits the device's budget."""
+"""`edgeprune fit`: prune, quantize, export and benchmark until the artifact meets every budget of the device."""
 
 import argparse
+import dataclasses
 import json
 from pathlib import Path
 
-from edgeprune.cli.common import EXIT_BUDGET, EXIT_OK, positive_mb, task_from
+from edgeprune.cli.common import EXIT_BUDGET, EXIT_OK, add_task_arguments, positive, positive_mb, task_from
+from edgeprune.cli.devices import add_connection_arguments, endpoint_from
 from edgeprune.errors import UserInputError
 
 
+def min_quality(text: str) -> float | str:
+    """An absolute floor in the task's metric (0.95) or a drop relative to the dense teacher (-1%)."""
+    if text.strip().endswith("%"):
+        return text.strip()
+    try:
+        return float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} must be a number like 0.95 or a relative drop like -1%") from None
+
+
 def add_parsers(verbs: argparse._SubParsersAction) -> None:
-    fit = verbs.add_parser("fit", help="prune, quantize, export and benchmark until the artifact fits the budget")
+    fit = verbs.add_parser("fit", help="prune, quantize, export and benchmark until the artifact meets the budgets")
     fit.add_argument("--device", default="host", help="device profile name or path to a .toml (default: host)")
-    fit.add_argument("--max-mb", type=positive_mb, help="artifact size budget in MB (default: the profile's)")
-    fit.add_argument("--task", default="minilm-bbc", help="bundled task (default: minilm-bbc)")
-    fit.add_argument("--model", type=Path, help="a BERT-like model folder to use instead of the bundled MiniLM")
+    add_connection_arguments(fit)
+    budgets = fit.add_argument_group("budgets (default: the device profile's; flags override)")
+    budgets.add_argument("--max-mb", type=positive_mb, help="artifact file size in MB")
+    budgets.add_argument("--max-memory-mb", type=positive("megabytes", "512"),
+                         help="peak memory of the running artifact in MB")
+    budgets.add_argument("--max-latency-ms", type=positive("milliseconds", "40"),
+                         help="latency per inference (batch 1) in ms")
+    budgets.add_argument("--latency-percentile", type=int, choices=[50, 90, 99], default=50,
+                         help="which latency percentile the budget limits (default: 50)")
+    budgets.add_argument("--max-energy-mj", type=positive("millijoules", "200"), help="energy per inference in mJ")
+    budgets.add_argument("--min-quality", type=min_quality,
+                         help="quality floor in the task's metric (e.g. 0.95) or relative to the dense model (-1%%)")
+    add_task_arguments(fit)
     fit.add_argument("--out", type=Path, help="output folder (default: a new folder under runs/)")
+    fit.add_argument("--resume", type=Path, metavar="DIR", help="continue an interrupted fit into DIR")
     fit.add_argument("--runtime", choices=["executorch", "litert"], help="default: the device profile's runtime")
     fit.add_argument("--recipe", action="append", help="quantization recipe to use (repeat for a ladder; "
                      "default: the runtime's ladder, highest fidelity first)")
     fit.add_argument("--trim-vocab", action="store_true",
                      help="keep only the embedding rows of tokens the task's data uses; ships vocabulary.json")
     fit.add_argument("--criterion", default="taylor-output-proj", help="head importance criterion")
-    fit.add_argument("--scoring-examples", type=int, default=256, help="calibration documents for scoring")
-    fit.add_argument("--max-length", type=int, default=128, help="tokens per input (default: 128)")
+    fit.add_argument("--scoring-examples", type=int, default=256, help="calibration examples for scoring")
+    fit.add_argument("--recover-steps", type=int, default=0,
+                     help="distil each pruned candidate from the dense teacher for N steps (default: 0, off)")
     fit.add_argument("--json", action="store_true", help="print result.json to stdout")
-    fit.add_argument("--quiet", action="store_true", help="no progress on stderr")
 
     fit.set_defaults(run=run_fit)
 
@@ -34,21 +57,28 @@ def run_fit(args: argparse.Namespace) -> int:
     from edgeprune.importance import CRITERIA
     from edgeprune.quantize import recipe_for_runtime
     from edgeprune.search.budget import Budget
-    from edgeprune.search.fit import FitOptions, fit
+    from edgeprune.search.fit import FitOptions, fit_task
     from edgeprune.serialization import to_jsonable
 
     profile = load_profile(args.device)  # validate cheap things before any heavy work
+    profile = dataclasses.replace(profile, endpoint=endpoint_from(profile, args))
     CRITERIA.get(args.criterion)
     runtime = args.runtime or profile.runtime
     for name in args.recipe or ():
         recipe_for_runtime(name, runtime)
     if args.scoring_examples < 1:
         raise UserInputError(f"--scoring-examples must be at least 1, got {args.scoring_examples}")
+    if args.resume is not None and args.out is not None and args.resume != args.out:
+        raise UserInputError("--resume DIR continues the fit that was writing to DIR; leave out --out")
+    budget = Budget.for_device(profile, max_mb=args.max_mb, max_memory_mb=args.max_memory_mb,
+                               max_latency_ms=args.max_latency_ms, max_energy_mj=args.max_energy_mj,
+                               min_quality=args.min_quality, latency_percentile=args.latency_percentile)
     task = task_from(args)
-    budget = Budget(max_mb=args.max_mb if args.max_mb is not None else profile.max_mb)
     options = FitOptions(criterion=args.criterion, scoring_examples=args.scoring_examples, runtime=runtime,
-                         recipes=tuple(args.recipe) if args.recipe else None, trim_vocabulary=args.trim_vocab)
-    result = fit(task, profile, budget, args.out, options, task.progress)
+                         recipes=tuple(args.recipe) if args.recipe else None, trim_vocabulary=args.trim_vocab,
+                         recover_steps=args.recover_steps)
+    out = args.resume if args.resume is not None else args.out
+    result = fit_task(task, profile, budget, out, options, task.progress, resume=args.resume is not None)
     if args.json:
         print(json.dumps(to_jsonable(result), indent=2))
     else:

@@ -45,7 +45,7 @@ def run_score(args: argparse.Namespace) -> int:
     teacher = task.teacher()
     with task.progress.task(f"scoring heads ({args.criterion})", args.examples) as bar:
         scores = score_heads(teacher.model, bar.track(task.batches("calibration", 16, limit=args.examples)),
-                             args.criterion)
+                             args.criterion, loss_fn=task.loss)
     write_json_atomic(args.out, scores.to_dict())
     print(f"wrote {args.out}: {scores.scores.shape[0]} layers x {scores.scores.shape[1]} heads, "
           f"criterion {scores.criterion}, {scores.num_examples} examples")

@@ -1,4 +1,5 @@
-"""`edgeprune distill`: recover a pruned model by distillation from the dense teacher of a bundled task."""
+"""`edgeprune distill`: recover a pruned model by distillation from the dense teacher of a bundled task,
+optionally after removing its most redundant layers (angular distance) and a share of its FFN neurons."""
 
 import argparse
 import dataclasses
@@ -8,6 +9,7 @@ from pathlib import Path
 from edgeprune.cli.common import EXIT_OK, read_json
 from edgeprune.errors import UserInputError
 
+NEURON_CRITERIA = ("activation", "weight-norm")  # edgeprune.pruning.ffn.NEURON_CRITERIA, without importing torch
 TOKENIZER_FILES = ("tokenizer.json", "tokenizer_config.json", "vocab.txt", "special_tokens_map.json")
 # flags that override the config file, by DistillConfig field
 OVERRIDES = {"max_steps": int, "max_seconds": float, "max_epochs": int, "learning_rate": float,
@@ -22,13 +24,23 @@ def add_parsers(verbs: argparse._SubParsersAction) -> None:
                          "minilm-bbc)")
     distill.add_argument("--teacher-model", type=Path, help="dense teacher folder instead of the bundled MiniLM")
     distill.add_argument("--max-length", type=int, default=128, help="tokens per input (default: 128)")
-    distill.add_argument("--config", type=Path, help="a DistillConfig JSON; the flags below override it")
+    # not --config: that flag names the edgeprune.toml project file of every verb
+    distill.add_argument("--distill-config", type=Path, help="a DistillConfig JSON; the flags below override it")
     for field, kind in OVERRIDES.items():
         distill.add_argument(f"--{field.replace('_', '-')}", type=kind, default=None,
                              help=f"(default: {getattr(_defaults(), field)})")
     distill.add_argument("--batch-size", type=int, default=16, help="training and validation batch (default: 16)")
     distill.add_argument("--train-limit", type=int, help="use only the first N calibration documents")
     distill.add_argument("--validation-limit", type=int, help="use only the first N validation documents")
+    distill.add_argument("--remove-layers", type=int, default=0, metavar="N",
+                         help="first remove the N consecutive layers that change the hidden states least (angular "
+                              "distance on calibration documents); default: 0")
+    distill.add_argument("--ffn-ratio", type=float, default=0.0, metavar="R",
+                         help="then remove this share (0 <= R < 1) of every layer's FFN neurons; default: 0")
+    distill.add_argument("--ffn-criterion", choices=NEURON_CRITERIA, default="activation",
+                         help="how FFN neurons are scored (default: activation)")
+    distill.add_argument("--scoring-batches", type=int, default=8, metavar="N",
+                         help="calibration batches that score layers and FFN neurons (default: 8)")
     distill.add_argument("--quiet", action="store_true", help="no progress on stderr")
     distill.add_argument("--out", type=Path, required=True, help="folder for the recovered model and distill.json")
     distill.set_defaults(run=run_distill)
@@ -43,7 +55,8 @@ def _defaults():  # noqa: ANN202 - a DistillConfig
 def config_from(args: argparse.Namespace):  # noqa: ANN201 - a DistillConfig
     from edgeprune.recovery.config import DistillConfig
 
-    config = DistillConfig.from_dict(read_json(args.config, "distill config")) if args.config else DistillConfig()
+    config = DistillConfig.from_dict(read_json(args.distill_config, "distill config")) if args.distill_config else (
+        DistillConfig())
     changes = {field: getattr(args, field) for field in OVERRIDES if getattr(args, field) is not None}
     return dataclasses.replace(config, **changes)  # validated again by __post_init__
 
@@ -53,10 +66,12 @@ def run_distill(args: argparse.Namespace) -> int:
 
     import torch
 
+    from edgeprune.models import adapter_for
     from edgeprune.models.classifier import EncoderClassifier
     from edgeprune.models.io import load, save
     from edgeprune.progress import Progress
-    from edgeprune.recovery import DistillData, distill
+    from edgeprune.pruning.ffn import intermediate_sizes, plan_neurons, remove_neurons, score_neurons
+    from edgeprune.recovery import DistillData, distill, remove_redundant_layers
     from edgeprune.serialization import write_json_atomic
     from edgeprune.tasks import bundled_task
 
@@ -69,12 +84,24 @@ def run_distill(args: argparse.Namespace) -> int:
         raise UserInputError(f"--batch-size must be at least 1, got {args.batch_size}")
     if args.teacher_model is not None and not args.teacher_model.exists():
         raise UserInputError(f"teacher model path {args.teacher_model} does not exist")
+    if args.remove_layers < 0:
+        raise UserInputError(f"--remove-layers must be >= 0, got {args.remove_layers}")
+    if not 0 <= args.ffn_ratio < 1:
+        raise UserInputError(f"--ffn-ratio must be a share of neurons in [0, 1), got {args.ffn_ratio}")
+    if args.scoring_batches < 1:
+        raise UserInputError(f"--scoring-batches must be at least 1, got {args.scoring_batches}")
     config = config_from(args)
+    encoder = load(args.model)
+    layers = len(adapter_for(encoder).layer_modules(encoder))
+    if args.remove_layers and args.remove_layers >= layers:
+        raise UserInputError(f"--remove-layers {args.remove_layers}: the model has {layers} layers, so 1..{layers - 1} "
+                             "can go")
+    if args.ffn_ratio:
+        intermediate_sizes(encoder)  # refuses families without FFN neuron removal before any work
     task = bundled_task(args.task, model_path=args.teacher_model, max_length=args.max_length,
                         progress=Progress(enabled=not args.quiet))
     dense = task.teacher()
     teacher = dense.model
-    encoder = load(args.model)
     # a pooler stays: the task mean-pools, so it gets no gradient, and the folder keeps loading with edgeprune.load
     hidden = getattr(encoder.config, "hidden_size", None)
     if hidden != teacher.classifier.in_features:
@@ -82,6 +109,23 @@ def run_distill(args: argparse.Namespace) -> int:
                              f"{teacher.classifier.in_features}; distill a model pruned from the task's model")
     student = EncoderClassifier(encoder, copy.deepcopy(teacher.classifier))
     data = DistillData.from_task(task, args.batch_size, config.seed, args.train_limit, args.validation_limit)
+    scoring = data.scoring_batches(args.scoring_batches)
+    structure: dict[str, object] = {}
+    if args.remove_layers:
+        removal = remove_redundant_layers(student, scoring(), args.remove_layers)
+        task.progress.note(f"removed layers {removal.removed} (angular distance)")
+        structure["removed_layers"] = removal.removed
+        structure["layer_map"] = removal.layer_map
+        # the student's layers map to the teacher's kept layers, for hidden-state alignment
+        if len(removal.layer_map) + len(removal.removed) == len(adapter_for(teacher).layer_modules(teacher)):
+            config = dataclasses.replace(config, layer_map=removal.layer_map)
+    if args.ffn_ratio:
+        batches = scoring() if args.ffn_criterion == "activation" else None
+        remove_neurons(student, plan_neurons(score_neurons(student, batches, args.ffn_criterion), args.ffn_ratio))
+        structure["ffn_ratio"] = args.ffn_ratio
+        structure["ffn_criterion"] = args.ffn_criterion
+    if structure:
+        structure["intermediate_sizes"] = intermediate_sizes(student)
     result = distill(student, teacher, data, config, task.progress)
     args.out.mkdir(parents=True, exist_ok=True)
     save(student.encoder, args.out)
@@ -94,8 +138,11 @@ def run_distill(args: argparse.Namespace) -> int:
         shutil.copy(args.model / "plan.json", args.out / "plan.json")
     write_json_atomic(args.out / "distill.json", {"student": str(args.model), "task": args.task,
                                                   "teacher_validation_accuracy": dense.validation_accuracy,
-                                                  "result": result.to_dict()})
-    print(f"distilled {result.steps} steps ({result.stopped}); validation {result.metric} "
+                                                  **structure, "result": result.to_dict()})
+    removed = f"removed layers {structure['removed_layers']}; " if "removed_layers" in structure else ""
+    if "ffn_ratio" in structure:
+        removed += f"FFN widths {structure['intermediate_sizes']}; "
+    print(f"{removed}distilled {result.steps} steps ({result.stopped}); validation {result.metric} "
           f"{result.initial_metric:.4f} -> {result.best_metric:.4f} (best at step {result.best_step}); "
           f"wrote {args.out}")
     return EXIT_OK

@@ -1,6 +1,21 @@
-"""Data loading and splitting."""
+"""Data in: user data in four formats behind one `load_examples`, and a deterministic split."""
 
-from edgeprune.data.bbc import LabeledText, load_bbc_news, load_text_folder
-from edgeprune.data.split import DataSplits, SplitRatios, stratified_split
+from edgeprune.data.base import DataFormat, Examples, LabeledImage, LabeledText
+from edgeprune.data.bbc import load_bbc_news, load_text_folder
+from edgeprune.data.formats import FORMATS, detect_format, load_examples
+from edgeprune.data.image_folder import decode_rgb
+from edgeprune.data.split import (
+                                  SPLIT_NAMES,
+                                  DataSplits,
+                                  SplitRatios,
+                                  check_calibration_labels,
+                                  describe_split,
+                                  random_split,
+                                  split_examples,
+                                  stratified_split,
+)
 
-__all__ = ["DataSplits", "LabeledText", "SplitRatios", "load_bbc_news", "load_text_folder", "stratified_split"]
+__all__ = ["FORMATS", "SPLIT_NAMES", "DataFormat", "DataSplits", "Examples", "LabeledImage", "LabeledText",
+           "SplitRatios", "check_calibration_labels", "decode_rgb", "describe_split", "detect_format",
+           "load_bbc_news", "load_examples", "load_text_folder", "random_split", "split_examples",
+           "stratified_split"]

@@ -13,7 +13,8 @@ NUMBER = (int, float)
 SUPPORTED_ARCHES = ("x86_64", "aarch64", "armv7l")
 SUPPORTED_RUNTIMES = ("executorch", "litert")
 SUPPORTED_CONNECTIONS = ("local", "ssh", "adb")
-SUPPORTED_SENSORS = ("vcgencmd", "ina3221", "tegrastats", "battery")
+SUPPORTED_SENSORS = ("vcgencmd", "ina3221", "tegrastats", "battery", "rapl")  # edgeprune/bench/sensors
+SUPPORTED_RUNNERS = ("python", "native")
 
 
 @dataclass(frozen=True)
@@ -33,7 +34,8 @@ SCHEMA: dict[str, dict[str, Key]] = {
         "clusters": Key(list, False),
     },
     "runtime": {"name": Key(str, choices=SUPPORTED_RUNTIMES), "threads": Key(int, positive=True),
-                "python": Key(str, False)},
+                "python": Key(str, False), "runner": Key(str, False, choices=SUPPORTED_RUNNERS),
+                "benchmark_model": Key(str, False), "executor_runner": Key(str, False)},
     "budgets": {"max_mb": Key(NUMBER, False, positive=True), "max_memory_mb": Key(NUMBER, False, positive=True),
                 "max_latency_ms": Key(NUMBER, False, positive=True),
                 "max_energy_mj": Key(NUMBER, False, positive=True)},
@@ -104,6 +106,8 @@ class DeviceProfile:
     mem_bandwidth_gbs: float | None = None
     clusters: tuple[Cluster, ...] = ()
     python: str | None = None  # the runner's interpreter; None: python3 on a device, this one locally
+    runner: str = "python"  # "python": runner.py on the device; "native": the benchmark binaries below
+    native_binaries: dict[str, str] = field(default_factory=dict)  # runtime -> device path of its benchmark tool
     max_memory_mb: float | None = None
     max_latency_ms: float | None = None
     max_energy_mj: float | None = None
@@ -239,6 +243,13 @@ def _parse(path: Path) -> DeviceProfile:
             raise UserInputError(f"{path}: power.active_w = {active} is below power.idle_w = {idle}")
         power = PowerModel(float(idle), float(active), data["power"].get("sensor"))
 
+    binaries = {name: runtime[key] for name, key in (("litert", "benchmark_model"), ("executorch", "executor_runner"))
+                if key in runtime}
+    runner = runtime.get("runner", "python")
+    if runner == "native" and not binaries:
+        raise UserInputError(f"{path}: runtime.runner = 'native' needs runtime.benchmark_model (LiteRT) and/or "
+                             "runtime.executor_runner (ExecuTorch): the device path of the benchmark binary")
+
     def number(section: dict, key: str) -> Any:
         return None if key not in section else float(section[key])
 
@@ -250,7 +261,8 @@ def _parse(path: Path) -> DeviceProfile:
         max_mhz=hardware.get("max_mhz"), peak_gflops=number(hardware, "peak_gflops"),
         mem_bandwidth_gbs=number(hardware, "mem_bandwidth_gbs"),
         clusters=_clusters(path, hardware.get("clusters", []), hardware["cores"]),
-        python=runtime.get("python"), max_memory_mb=number(budgets, "max_memory_mb"),
+        python=runtime.get("python"), runner=runner, native_binaries=binaries,
+        max_memory_mb=number(budgets, "max_memory_mb"),
         max_latency_ms=number(budgets, "max_latency_ms"), max_energy_mj=number(budgets, "max_energy_mj"),
         power=power, endpoint=_endpoint(path, data["connection"]),
     )

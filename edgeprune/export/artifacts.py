@@ -2,6 +2,7 @@
 
 import hashlib
 import time
+from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -49,13 +50,20 @@ def export(
     recipe: str | Recipe = "fp32",
     cache_dir: Path | None = None,
     cache_key: str | None = None,
+    calibration: Sequence[tuple[torch.Tensor, ...]] | None = None,
 ) -> ExportedArtifact:
     """Quantize `module` by `recipe`, lower it for the recipe's runtime and write it to `path`.
 
     With `cache_dir` and `cache_key` (see `content_key`), an identical earlier export is reused.
+    `calibration`: real inputs for calibrated recipes (`Recipe.calibrated`); include the calibration data's
+    identity in `cache_key` when it can change for the same weights.
     """
     recipe = RECIPES.get(recipe) if isinstance(recipe, str) else recipe
-    return export_prepared(recipe.apply(module), example_inputs, path, recipe, cache_dir, cache_key)
+    suffix = RUNTIMES.get(recipe.runtime).suffix
+    cache_hit = cache_dir is not None and cache_key is not None and (Path(cache_dir) / f"{cache_key}{suffix}").exists()
+    # a cache hit needs no quantized module; calibrating one costs a pass over every calibration input
+    prepared = module if cache_hit else recipe.apply(module, calibration)
+    return export_prepared(prepared, example_inputs, path, recipe, cache_dir, cache_key)
 
 
 def export_prepared(

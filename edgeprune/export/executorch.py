@@ -44,7 +44,8 @@ class ExecutorchRuntime(DeviceRuntime):
         from executorch.backends.xnnpack.partition.xnnpack_partitioner import XnnpackPartitioner
         from executorch.exir import to_edge_transform_and_lower
 
-        program = torch.export.export(module.eval(), example_inputs, strict=False)
+        module.eval()  # not chained: a PT2E-converted module's eval() returns None
+        program = torch.export.export(module, example_inputs, strict=False)
         lowered = to_edge_transform_and_lower(program, partitioner=[XnnpackPartitioner()])
         return lowered.to_executorch().buffer
 

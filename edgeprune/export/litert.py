@@ -1,5 +1,6 @@
-"""LiteRT: `litert-torch` converts to `.tflite`, `ai-edge-quantizer` quantizes the flatbuffer, and the
-`ai-edge-litert` interpreter (XNNPACK delegate) runs it. Integer inputs become int32 in the converted
+"""LiteRT: `litert-torch` converts to `.tflite`, `ai-edge-quantizer` quantizes the flatbuffer (fp16, dynamic
+int8) or the converter turns a PT2E-calibrated module's quantize/dequantize pairs into int8 ops (static
+int8), and the `ai-edge-litert` interpreter (XNNPACK delegate) runs it. Integer inputs become int32 in the converted
 graph, so the runner casts them."""
 
 import sys
@@ -26,11 +27,18 @@ class LiteRTProgram:
         # converted signatures name inputs args_0, args_1, ... in call order
         self._inputs = sorted(details, key=lambda name: int(name.rsplit("_", 1)[-1]))
         self._dtypes = {name: details[name]["dtype"] for name in self._inputs}
+        # a statically quantized graph can end in an int8 tensor (e.g. the logits of a quantized classifier):
+        # read it back as float through its (scale, zero point)
+        self._output_quantization = {name: detail["quantization"] for name, detail in
+                                     self._runner.get_output_details().items()
+                                     if np.issubdtype(detail["dtype"], np.integer) and detail["quantization"][0] > 0}
 
     def __call__(self, *inputs: torch.Tensor) -> list[torch.Tensor]:
         feed = {name: tensor.numpy().astype(self._dtypes[name]) for name, tensor in zip(self._inputs, inputs,
                                                                                          strict=True)}
         outputs = self._runner(**feed)
+        for name, (scale, zero_point) in self._output_quantization.items():
+            outputs[name] = ((outputs[name].astype(np.float32) - zero_point) * scale).astype(np.float32)
         return [torch.from_numpy(np.array(outputs[name])) for name in
                 sorted(outputs, key=lambda name: int(name.rsplit("_", 1)[-1]))]
 
@@ -45,7 +53,16 @@ class LiteRTRuntime(DeviceRuntime):
         # the converter and the quantizer print progress to stdout, which belongs to edgeprune's results
         with tempfile.TemporaryDirectory(prefix="edgeprune-litert-") as scratch, redirect_stdout(sys.stderr):
             float_path = Path(scratch) / "model.tflite"
-            litert_torch.convert(module.eval(), example_inputs).export(str(float_path))
+            module.eval()  # not chained: a PT2E-converted module's eval() returns None
+            if recipe.calibrated:
+                from litert_torch.quantize.quant_config import QuantConfig
+
+                from edgeprune.quantize.static_int8 import litert_quantizer
+
+                config = QuantConfig(pt2e_quantizer=litert_quantizer())
+                litert_torch.convert(module, example_inputs, quant_config=config).export(str(float_path))
+                return float_path.read_bytes()
+            litert_torch.convert(module, example_inputs).export(str(float_path))
             if recipe.litert_quantization is None:
                 return float_path.read_bytes()
             return _quantize(float_path, recipe)

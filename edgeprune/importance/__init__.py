@@ -12,6 +12,7 @@ from edgeprune.importance.angular_distance import AngularDistance
 from edgeprune.importance.base import Batch, HeadCriterion, HeadScores, LayerCriterion, LayerScores, LossFn
 from edgeprune.importance.combination import Combination
 from edgeprune.importance.entropy import AttentionEntropy
+from edgeprune.importance.fluctuation import Fluctuation
 from edgeprune.importance.gate_gradient import GateGradient
 from edgeprune.importance.leave_one_out import LeaveOneOut
 from edgeprune.importance.taylor import Taylor
@@ -21,7 +22,7 @@ from edgeprune.registry import Registry
 
 CRITERIA: Registry[type[HeadCriterion]] = Registry("importance criterion")
 for _criterion in (GateGradient, Taylor, TaylorOutputProjection, LeaveOneOut, AttentionEntropy, ActivationNorm,
-                   WeightMagnitude, Combination):
+                   WeightMagnitude, Combination, Fluctuation):
     CRITERIA.register(_criterion.name)(_criterion)
 
 LAYER_CRITERIA: Registry[type[LayerCriterion]] = Registry("layer importance criterion")
@@ -62,6 +63,6 @@ def score_layers(
 
 __all__ = [
     "CRITERIA", "LAYER_CRITERIA", "ActivationNorm", "AngularDistance", "AttentionEntropy", "Combination",
-    "GateGradient", "HeadCriterion", "HeadScores", "LayerCriterion", "LayerScores", "LeaveOneOut", "Taylor",
-    "TaylorOutputProjection", "WeightMagnitude", "classification_loss", "score_heads", "score_layers",
+    "Fluctuation", "GateGradient", "HeadCriterion", "HeadScores", "LayerCriterion", "LayerScores", "LeaveOneOut",
+    "Taylor", "TaylorOutputProjection", "WeightMagnitude", "classification_loss", "score_heads", "score_layers",
 ]

@@ -11,6 +11,7 @@ from torch import nn
 
 Batch = Mapping[str, torch.Tensor]
 LossFn = Callable[[nn.Module, Batch], torch.Tensor]
+NORMALIZATIONS = ("l2", "zscore", "none")
 
 
 @dataclass
@@ -41,10 +42,24 @@ class HeadScores:
         return cls(scores, data["criterion"], data["num_examples"], data.get("normalized_per_layer", False),
                    dict(data.get("extra", {})))
 
-    def normalize_per_layer(self) -> "HeadScores":
-        """Divide each layer's scores by their L2 norm (Michel et al., 2019, section 4.2)."""
-        norms = np.sqrt(np.nansum(self.scores**2, axis=1, keepdims=True))
-        normalized = self.scores / np.where(norms > 0, norms, 1.0)
+    def normalize_per_layer(self, method: str = "l2") -> "HeadScores":
+        """Rescale each layer's scores so that global selection compares heads across layers.
+
+        "l2": divide by the layer's L2 norm (Michel et al., 2019, section 4.2). "zscore": subtract the layer's
+        mean and divide by its standard deviation, the standardization FLAP (An et al., AAAI 2024) applies
+        before its global selection. "none": unchanged (raw scores compared across layers).
+        """
+        if method == "none":
+            return HeadScores(self.scores.copy(), self.criterion, self.num_examples, False, dict(self.extra))
+        if method == "l2":
+            norms = np.sqrt(np.nansum(self.scores**2, axis=1, keepdims=True))
+            normalized = self.scores / np.where(norms > 0, norms, 1.0)
+        elif method == "zscore":
+            deviation = np.nanstd(self.scores, axis=1, keepdims=True)
+            normalized = (self.scores - np.nanmean(self.scores, axis=1, keepdims=True)) / np.where(
+                deviation > 0, deviation, 1.0)
+        else:
+            raise ValueError(f"per-layer normalization must be one of {', '.join(NORMALIZATIONS)}; got {method!r}")
         return HeadScores(normalized, self.criterion, self.num_examples, True, dict(self.extra))
 
 

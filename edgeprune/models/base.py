@@ -93,6 +93,15 @@ class ModelAdapter(ABC):
         """
         return len(heads) * self.head_parameter_count(model, layer)
 
+    def add_output_bias(self, model: nn.Module, layer: int) -> None:
+        """Give `layer`'s output projection a zero bias if it has none (bias compensation folds removed heads'
+        mean outputs into it). Families whose config describes that bias override this to keep it true."""
+        projection = self.output_projection(model, layer)
+        if projection.bias is None:
+            weight = projection.weight
+            projection.bias = nn.Parameter(torch.zeros(weight.shape[0], dtype=weight.dtype, device=weight.device),
+                                           requires_grad=weight.requires_grad)
+
     @contextmanager
     def gate_heads(self, model: nn.Module, gates: torch.Tensor) -> Iterator[None]:
         """Context in which head h of layer l is multiplied by `gates[l, h]` (current positions)."""

@@ -32,6 +32,9 @@ from edgeprune.models.base import (
 from edgeprune.models.separate_projections import slice_linear
 
 _PROJECTIONS = ("q_proj", "k_proj", "v_proj", "o_proj")
+# config attribute listing the layers whose o_proj carries a bias the family's config cannot express (added
+# by bias compensation); `remove_heads` recreates it, so `edgeprune.load` rebuilds the same architecture
+OUTPUT_BIAS_CONFIG_KEY = "edgeprune_output_bias_layers"
 _ALLOWED_FORMS = ("remove either whole KV groups (a KV head with all its query heads) or the same number of "
                   "query heads from every group (or whole groups plus the same number from every other group)")
 
@@ -194,12 +197,23 @@ class LlamaAdapter(ModelAdapter):
                      for lin in (attention.k_proj, attention.v_proj))
         return len(drop) * self.head_parameter_count(model, layer) + gone * per_kv
 
+    def add_output_bias(self, model: nn.Module, layer: int) -> None:
+        """Llama/Qwen2 o_proj has no bias (Llama's `attention_bias` would add one to q/k/v too), so the layer
+        is recorded in the config and the bias is recreated whenever the layer is rebuilt by `remove_heads`."""
+        super().add_output_bias(model, layer)
+        config = self._config(model)
+        if config is not None:
+            recorded = set(getattr(config, OUTPUT_BIAS_CONFIG_KEY, None) or [])
+            setattr(config, OUTPUT_BIAS_CONFIG_KEY, sorted(recorded | {layer}))
+
     def remove_heads(self, model: nn.Module, layer: int, heads: list[int]) -> None:
         attention = self._layers(model)[layer].self_attn
         num_heads, num_kv_heads, size = self._shape(attention)
         drop = set(heads)
         if not drop:
             return
+        if layer in (getattr(self._config(model), OUTPUT_BIAS_CONFIG_KEY, None) or []):
+            super().add_output_bias(model, layer)
         reason = gqa_removal_is_valid(num_heads, num_kv_heads, drop)
         if reason:
             raise ValueError(f"layer {layer}: {reason}")
@@ -237,6 +251,10 @@ class LlamaAdapter(ModelAdapter):
                     module.layer_idx = index
         if config is None:
             return
+        biased = getattr(config, OUTPUT_BIAS_CONFIG_KEY, None)
+        if biased:
+            remaining = [i for i in range(len(modules)) if i not in drop]
+            setattr(config, OUTPUT_BIAS_CONFIG_KEY, [remaining.index(i) for i in biased if i in remaining])
         old_count = len(modules)
         for name in [n for n in vars(config) if n.endswith("layer_types")]:
             values = getattr(config, name)

@@ -1,5 +1,6 @@
 """Selection strategies, constraints, costs and the structural surgery."""
 
+from edgeprune.pruning.compensation import HeadOutputMeans, measure_head_means
 from edgeprune.pruning.constraints import Constraints
 from edgeprune.pruning.cost import head_flops, measure_flops, predicted_flops
 from edgeprune.pruning.global_topk import plan_global_topk
@@ -14,7 +15,8 @@ from edgeprune.pruning.threshold import plan_threshold
 STRATEGIES = ("global-topk", "per-layer", "threshold", "iterative", "hard-concrete")
 
 __all__ = [
-    "STRATEGIES", "Constraints", "HardConcreteConfig", "PruningPlan", "apply_plan", "current_plan", "head_flops",
-    "iterative_prune", "learn_head_gates", "measure_flops", "plan_global_topk", "plan_hard_concrete",
-    "plan_per_layer", "plan_threshold", "predicted_flops", "predicted_parameter_count", "prune_heads",
+    "STRATEGIES", "Constraints", "HardConcreteConfig", "HeadOutputMeans", "PruningPlan", "apply_plan",
+    "current_plan", "head_flops", "iterative_prune", "learn_head_gates", "measure_flops", "measure_head_means",
+    "plan_global_topk", "plan_hard_concrete", "plan_per_layer", "plan_threshold", "predicted_flops",
+    "predicted_parameter_count", "prune_heads",
 ]

@@ -1,13 +1,16 @@
-"""Structured removal of FFN (intermediate) neurons in BERT-like layers.
+"""Structured removal of FFN (intermediate) neurons: BERT-like layers and gated MLPs (Llama, Qwen2, SmolLM2).
 
-Neuron j of a layer's feed-forward block is row j of `intermediate.dense` (weight and bias) and column j
-of `output.dense`; since the activation is element-wise, slicing both removes exactly that neuron's
-contribution: the result equals zeroing column j of `output.dense`. Scores: the product of the L2 norms
-of the neuron's input row and output column ("weight-norm"), or its mean absolute activation over real
-tokens ("activation", the FFN analogue of the activation criteria of Molchanov et al., 2017).
+Neuron j of a layer's feed-forward block is row j of each input projection (`intermediate.dense` in BERT;
+`gate_proj` and `up_proj` in a gated MLP, weight and bias) and column j of the output projection
+(`output.dense`, `down_proj`). The nonlinearity (and the gating product) is element-wise, so slicing those
+rows and that column removes exactly that neuron's contribution: the result equals zeroing column j of the
+output projection. Scores: the product of the L2 norms of the neuron's input rows and output column
+("weight-norm"), or its mean absolute activation (the output projection's input) over real tokens
+("activation", the FFN analogue of the activation criteria of Molchanov et al., 2017).
 """
 
 from collections.abc import Iterable
+from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
@@ -24,31 +27,58 @@ INTERMEDIATE_SIZES_CONFIG_KEY = "edgeprune_intermediate_sizes"
 NEURON_CRITERIA = ("weight-norm", "activation")
 
 
-def ffn_layers(model: nn.Module) -> list[tuple[nn.Module, nn.Linear, nn.Linear]]:
-    """Per layer (intermediate module, its up projection, the down projection) of a BERT-like model."""
+@dataclass(frozen=True)
+class FeedForward:
+    """One layer's feed-forward block: neuron j is row j of every input projection and column j of the output."""
+
+    inputs: tuple[nn.Linear, ...]  # (intermediate.dense,) or (gate_proj, up_proj)
+    output: nn.Linear  # output.dense or down_proj
+    owner: nn.Module  # the module holding them (a gated MLP keeps its width in `intermediate_size`)
+
+    @property
+    def width(self) -> int:
+        return self.output.in_features
+
+
+def _feed_forward(layer: nn.Module) -> FeedForward | None:
+    mlp = getattr(layer, "mlp", None)
+    gated = [getattr(mlp, name, None) for name in ("gate_proj", "up_proj", "down_proj")]
+    if all(isinstance(linear, nn.Linear) for linear in gated):
+        return FeedForward((gated[0], gated[1]), gated[2], mlp)
+    intermediate = getattr(layer, "intermediate", None)
+    up = getattr(intermediate, "dense", None)
+    down = getattr(getattr(layer, "output", None), "dense", None)
+    if isinstance(up, nn.Linear) and isinstance(down, nn.Linear):
+        return FeedForward((up,), down, intermediate)
+    return None
+
+
+def ffn_layers(model: nn.Module) -> list[FeedForward]:
+    """Each layer's feed-forward block, in layer order."""
     found = []
     for index, layer in enumerate(adapter_for(model).layer_modules(model)):
-        intermediate = getattr(layer, "intermediate", None)
-        up = getattr(intermediate, "dense", None)
-        down = getattr(getattr(layer, "output", None), "dense", None)
-        if not isinstance(up, nn.Linear) or not isinstance(down, nn.Linear):
+        block = _feed_forward(layer)
+        if block is None:
             raise UserInputError(f"FFN neuron removal supports BERT-like layers (layer.intermediate.dense and "
-                                 f"layer.output.dense); layer {index} ({type(layer).__name__}) has no such pair")
-        if up.out_features != down.in_features:
-            raise UserInputError(f"layer {index}: intermediate.dense has {up.out_features} outputs but "
-                                 f"output.dense takes {down.in_features} inputs")
-        found.append((intermediate, up, down))
+                                 f"layer.output.dense) and gated MLPs (mlp.gate_proj, up_proj, down_proj); "
+                                 f"layer {index} ({type(layer).__name__}) has neither")
+        for linear in block.inputs:
+            if linear.out_features != block.output.in_features:
+                raise UserInputError(f"layer {index}: an FFN input projection has {linear.out_features} outputs but "
+                                     f"the output projection takes {block.output.in_features} inputs")
+        found.append(block)
     return found
 
 
 def intermediate_sizes(model: nn.Module) -> list[int]:
-    return [up.out_features for _, up, _ in ffn_layers(model)]
+    return [block.width for block in ffn_layers(model)]
 
 
 def neuron_parameter_count(model: nn.Module, layer: int) -> int:
-    """Parameters one FFN neuron of `layer` owns: its input row and bias, its output column."""
-    _, up, down = ffn_layers(model)[layer]
-    return up.in_features + (1 if up.bias is not None else 0) + down.out_features
+    """Parameters one FFN neuron of `layer` owns: its input rows and biases, its output column."""
+    block = ffn_layers(model)[layer]
+    return sum(linear.in_features + (1 if linear.bias is not None else 0) for linear in block.inputs) + (
+        block.output.out_features)
 
 
 def score_neurons(model: nn.Module, batches: Iterable[Batch] | None = None,
@@ -56,23 +86,29 @@ def score_neurons(model: nn.Module, batches: Iterable[Batch] | None = None,
     """Per layer, one importance score per current FFN neuron (higher = more important)."""
     layers = ffn_layers(model)
     if criterion == "weight-norm":
-        return [(up.weight.detach().norm(dim=1) * down.weight.detach().norm(dim=0)).double().numpy()
-                for _, up, down in layers]
+        scores = []
+        for block in layers:
+            score = block.output.weight.detach().norm(dim=0).double()
+            for linear in block.inputs:
+                score = score * linear.weight.detach().norm(dim=1).double()
+            scores.append(score.numpy())
+        return scores
     if criterion != "activation":
         raise UserInputError(f"unknown neuron criterion {criterion!r}; choose from {', '.join(NEURON_CRITERIA)}")
     if batches is None:
         raise UserInputError("the activation criterion needs batches")
-    totals = [torch.zeros(up.out_features, dtype=torch.float64) for _, up, _ in layers]
+    totals = [torch.zeros(block.width, dtype=torch.float64) for block in layers]
     count = torch.zeros((), dtype=torch.float64)
     mask_holder: dict[str, torch.Tensor] = {}
 
     def accumulate(index: int) -> Any:
-        def hook(_module: nn.Module, _args: tuple, output: torch.Tensor) -> None:
-            mask = mask_holder["mask"].to(output.dtype).unsqueeze(-1)  # activations after the nonlinearity
-            totals[index] += (output.abs() * mask).sum(dim=(0, 1)).double()
+        def hook(_module: nn.Module, args: tuple) -> None:
+            activation = args[0]  # the output projection's input: after the nonlinearity (and gating)
+            mask = mask_holder["mask"].to(activation.dtype).unsqueeze(-1)
+            totals[index] += (activation.abs() * mask).sum(dim=(0, 1)).double()
         return hook
 
-    handles = [intermediate.register_forward_hook(accumulate(i)) for i, (intermediate, _, _) in enumerate(layers)]
+    handles = [block.output.register_forward_pre_hook(accumulate(i)) for i, block in enumerate(layers)]
     was_training = model.training
     model.eval()
     try:
@@ -126,17 +162,24 @@ def remove_neurons(model: nn.Module, remove: dict[int, list[int]]) -> nn.Module:
     for layer, neurons in remove.items():
         if not 0 <= layer < len(layers):
             raise UserInputError(f"layer {layer} does not exist; the model has layers 0..{len(layers) - 1}")
-        _, up, down = layers[layer]
+        block = layers[layer]
+        width = block.width
         drop = set(neurons)
-        absent = sorted(drop - set(range(up.out_features)))
+        absent = sorted(drop - set(range(width)))
         if absent:
-            raise UserInputError(f"layer {layer} has neurons 0..{up.out_features - 1}; cannot remove {absent}")
-        keep = torch.tensor([j for j in range(up.out_features) if j not in drop], dtype=torch.long)
-        if len(keep) == 0:
-            raise UserInputError(f"layer {layer}: removing all {up.out_features} FFN neurons; keep at least one")
-        _slice_rows(up, keep)
-        _slice_columns(down, keep)
-    _record_sizes(model, [up.out_features for _, up, _ in layers])
+            raise UserInputError(f"layer {layer} has neurons 0..{width - 1}; cannot remove {absent}")
+        if len(drop) >= width:
+            raise UserInputError(f"layer {layer}: removing all {width} FFN neurons; keep at least one")
+    for layer, neurons in remove.items():
+        block = layers[layer]
+        drop = set(neurons)
+        keep = torch.tensor([j for j in range(block.width) if j not in drop], dtype=torch.long)
+        for linear in block.inputs:
+            _slice_rows(linear, keep)
+        _slice_columns(block.output, keep)
+        if isinstance(getattr(block.owner, "intermediate_size", None), int):
+            block.owner.intermediate_size = len(keep)
+    record_sizes(model, [block.width for block in layers])
     return model
 
 
@@ -145,7 +188,7 @@ def zero_neurons(model: nn.Module, remove: dict[int, list[int]]) -> nn.Module:
     layers = ffn_layers(model)
     with torch.no_grad():
         for layer, neurons in remove.items():
-            layers[layer][2].weight[:, list(neurons)] = 0
+            layers[layer].output.weight[:, list(neurons)] = 0
     return model
 
 
@@ -161,7 +204,8 @@ def _slice_columns(linear: nn.Linear, keep: torch.Tensor) -> None:
     linear.in_features = len(keep)
 
 
-def _record_sizes(model: nn.Module, sizes: list[int]) -> None:
+def record_sizes(model: nn.Module, sizes: list[int]) -> None:
+    """Keep the config true about FFN widths: `intermediate_size`, and per-layer widths when they differ."""
     config = find_config(model)
     if config is None:
         return

@@ -1,14 +1,36 @@
 """Structural head removal: smaller dense tensors, module attributes and config kept true."""
 
+from collections.abc import Iterable, Mapping
+
+import torch
 from torch import nn
 
 from edgeprune.errors import UserInputError
 from edgeprune.models import adapter_for
+from edgeprune.pruning.compensation import HeadOutputMeans, fold_head_means, measure_head_means
 from edgeprune.pruning.plan import PruningPlan
 
+# bias compensation: head means already measured, or batches (keyword inputs of the model) to measure them on
+Compensation = HeadOutputMeans | Iterable[Mapping[str, torch.Tensor]]
 
-def prune_heads(model: nn.Module, remove: dict[int, list[int]]) -> nn.Module:
-    """Remove the listed heads (indices into each layer's dense heads) in place; returns `model`."""
+
+def _head_means(model: nn.Module, compensation: Compensation | None) -> HeadOutputMeans | None:
+    if compensation is None or isinstance(compensation, HeadOutputMeans):
+        return compensation
+    if isinstance(compensation, Mapping | torch.Tensor | str):
+        raise UserInputError("compensation takes HeadOutputMeans or an iterable of batches (dicts of model inputs), "
+                             f"got a single {type(compensation).__name__}; wrap one batch in a list")
+    return measure_head_means(model, compensation)
+
+
+def prune_heads(model: nn.Module, remove: dict[int, list[int]], compensate: Compensation | None = None) -> nn.Module:
+    """Remove the listed heads (indices into each layer's dense heads) in place; returns `model`.
+
+    With `compensate` (batches to measure on, or `measure_head_means` output for this model), each removed
+    head's mean output, projected by its output-projection columns, is folded into that projection's bias
+    (see `edgeprune.pruning.compensation`): the result equals the unpruned model with those heads' outputs
+    replaced by their means. Without it, removal equals gating the heads to zero.
+    """
     adapter = adapter_for(model)
     blocks = adapter.attention_blocks(model)
     for layer, heads in remove.items():
@@ -18,12 +40,19 @@ def prune_heads(model: nn.Module, remove: dict[int, list[int]]) -> nn.Module:
         missing = sorted(set(heads) - set(original))
         if missing:
             raise UserInputError(f"layer {layer}: heads {missing} are not in the model (present: {list(original)})")
-        adapter.remove_heads(model, layer, [original.index(h) for h in sorted(set(heads))])
+    means = _head_means(model, compensate)
+    for layer, heads in remove.items():
+        positions = [blocks[layer].original_heads.index(h) for h in sorted(set(heads))]
+        if means is not None:
+            fold_head_means(adapter, model, layer, positions, means)
+        adapter.remove_heads(model, layer, positions)
     return model
 
 
-def apply_plan(model: nn.Module, plan: PruningPlan) -> nn.Module:
-    """Prune `model` (dense or partly pruned) in place down to the heads `plan` keeps."""
+def apply_plan(model: nn.Module, plan: PruningPlan, compensation: Compensation | None = None) -> nn.Module:
+    """Prune `model` (dense or partly pruned) in place down to the heads `plan` keeps.
+
+    `compensation`: as `compensate` of `prune_heads` (batches, or head means measured on this model)."""
     blocks = adapter_for(model).attention_blocks(model)
     if len(blocks) != len(plan.kept_heads):
         raise UserInputError(f"plan has {len(plan.kept_heads)} layers, the model has {len(blocks)}")
@@ -33,7 +62,7 @@ def apply_plan(model: nn.Module, plan: PruningPlan) -> nn.Module:
         if absent:
             raise UserInputError(f"plan keeps heads {absent} of layer {block.layer}, which the model no longer has")
         remove[block.layer] = [h for h in block.original_heads if h not in set(kept)]
-    return prune_heads(model, remove)
+    return prune_heads(model, remove, compensate=compensation)
 
 
 def predicted_parameter_count(model: nn.Module, plan: PruningPlan) -> int:

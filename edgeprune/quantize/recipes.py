@@ -2,6 +2,7 @@
 artifact must meet against its PyTorch source."""
 
 import copy
+from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Literal
 
@@ -11,11 +12,13 @@ from torch import nn
 from edgeprune.errors import UserInputError
 from edgeprune.quantize.int4_embedding import Int4Embedding
 from edgeprune.quantize.int8_embedding import Int8Embedding
+from edgeprune.quantize.static_int8 import Inputs, check_calibration, quantize_static
 from edgeprune.registry import Registry
 
 WeightFormat = Literal["fp32", "fp16", "int8", "int4"]
 Runtime = Literal["executorch", "litert"]
 INT4_GROUP = 32  # 4-bit linear weights share one scale per 32 input columns
+CALIBRATION_EXAMPLES = 32  # real inputs a calibrated recipe observes (benchmarks/export_matrix.py uses this many)
 
 
 @dataclass(frozen=True)
@@ -26,18 +29,27 @@ class Recipe:
     embedding: WeightFormat  # how embedding tables are stored in the artifact
     min_cosine: float  # worst cosine of runtime outputs vs. the PyTorch source over real inputs
     description: str
-    # LiteRT quantizes the converted flatbuffer (ai-edge-quantizer); the PyTorch source stays fp32
-    # (full int8 with calibrated activations, ai-edge-quantizer's static_wi8_ai8, was rejected on MiniLM:
-    # it left most weights in float and missed the tolerance; see benchmarks/export_matrix.py)
+    # LiteRT's fp16 and dynamic-range int8 quantize the converted flatbuffer (ai-edge-quantizer), so their
+    # PyTorch source stays fp32 (ai-edge-quantizer's calibrated static_wi8_ai8 was rejected on MiniLM: it left
+    # most weights in float and missed the tolerance; docs/FINDINGS.md)
     litert_quantization: Literal["fp16", "dynamic-int8"] | None = None
+    # activation ranges fixed from real calibration inputs (PT2E static int8 linears): `apply` needs them
+    calibrated: bool = False
 
-    def apply(self, model: nn.Module) -> nn.Module:
-        """The PyTorch module this recipe exports (a quantized copy; the original is left untouched)."""
+    def apply(self, model: nn.Module, calibration: Sequence[Inputs] | None = None) -> nn.Module:
+        """The PyTorch module this recipe exports (a quantized copy; the original is left untouched).
+
+        `calibration`: real task inputs at the export shape, required by (and only read by) calibrated
+        recipes, e.g. `task.example_inputs("calibration", CALIBRATION_EXAMPLES)`.
+        """
+        batches = check_calibration(self.name, calibration) if self.calibrated else []
         quantized = copy.deepcopy(model).eval()
-        if self.runtime == "litert":
+        if self.runtime == "litert" and not self.calibrated:
             return quantized
         if self.embedding in ("int8", "int4"):
             _replace_embeddings(quantized, Int8Embedding if self.embedding == "int8" else Int4Embedding)
+        if self.calibrated:
+            return quantize_static(quantized, batches, self.runtime)
         if self.linear in ("int8", "int4"):
             from torchao.quantization import Int8DynamicActivationIntxWeightConfig, quantize_
             from torchao.quantization.granularity import PerAxis, PerGroup
@@ -52,6 +64,11 @@ class Recipe:
             else:
                 quantize_(quantized, int8)
         return quantized
+
+    @property
+    def embeddings_quantized_in_pytorch(self) -> bool:
+        """True when edgeprune's own int8/int4 table modules (one fp32 scale per row) reach the artifact."""
+        return self.embedding in ("int8", "int4") and (self.runtime == "executorch" or self.calibrated)
 
 
 def _int4_fits(module: nn.Module) -> bool:
@@ -83,12 +100,28 @@ for _recipe in (
 ):
     RECIPES.register(_recipe.name)(_recipe)
 
+# Built and measured on MiniLM but rejected there by verification or by the accuracy budget (docs/FINDINGS.md):
+# neither offered to users nor to fit; benchmarks/export_matrix.py can still measure them by name.
+UNVERIFIED_RECIPES: dict[str, Recipe] = {recipe.name: recipe for recipe in (
+    Recipe("int8-static", "executorch", "int8", "int8", 0.99,
+           "int8 linears with static activation ranges calibrated on task inputs (PT2E, XNNPACK quantizer); "
+           "int8 per-row embedding tables", calibrated=True),
+    Recipe("litert-int8-static", "litert", "int8", "int8", 0.99,
+           "LiteRT int8 linears with static activation ranges calibrated on task inputs (PT2E, litert-torch "
+           "quantizer); int8 per-row embedding tables", calibrated=True),
+)}
+
 FP32_RECIPE = {"executorch": "fp32", "litert": "litert-fp32"}
 # the fit loop tries recipes in this order: highest fidelity first, smallest last
 FIT_LADDERS: dict[str, tuple[str, ...]] = {
     "executorch": ("int8-linear", "int8", "int8-emb4", "int4-linear", "int4"),
     "litert": ("litert-fp16", "litert-int8"),
 }
+
+
+def any_recipe(name: str) -> Recipe:
+    """A registered recipe, or one of UNVERIFIED_RECIPES (for benchmarks that measure them)."""
+    return UNVERIFIED_RECIPES[name] if name in UNVERIFIED_RECIPES else RECIPES.get(name)
 
 
 def recipes_for(runtime: str) -> list[str]:

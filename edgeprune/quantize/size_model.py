@@ -3,6 +3,8 @@
 Bytes per element by storage: fp32 = 4, fp16 = 2, int8 = 1, int4 = 1/2, plus quantization parameters:
 per output row (linears) or table row (embeddings) one fp32 scale in ExecuTorch, and a scale plus an
 int64 zero point in LiteRT's per-channel format; 4-bit linears carry one 16-bit scale per group of columns.
+Embedding tables that edgeprune quantizes itself (`Int8Embedding`, `Int4Embedding`) keep one fp32 scale per
+row in either runtime.
 What the file adds on top (program, delegate headers, alignment) is `overhead_bytes`, measured from
 real exports and refined as they come in.
 """
@@ -28,21 +30,22 @@ def payload_bytes(model: nn.Module, recipe: Recipe) -> int:
         if isinstance(module, nn.Linear | nn.Embedding):
             rows, cols = module.weight.shape
             kind = "linear" if isinstance(module, nn.Linear) else "embedding"
-            total += _matrix_bytes(rows, cols, getattr(recipe, kind), kind, recipe.runtime)
+            row_bytes = 4 if kind == "embedding" and recipe.embeddings_quantized_in_pytorch else None
+            total += _matrix_bytes(rows, cols, getattr(recipe, kind), kind, recipe.runtime, row_bytes)
             counted.add(id(module.weight))
     other = sum(p.numel() for p in model.parameters() if id(p) not in counted)
     total += other * (BYTES["fp16"] if recipe.linear == "fp16" else BYTES["fp32"])
     return int(total)
 
 
-def _matrix_bytes(rows: int, cols: int, fmt: str, kind: str, runtime: str) -> float:
+def _matrix_bytes(rows: int, cols: int, fmt: str, kind: str, runtime: str, row_bytes: int | None) -> float:
     if fmt == "int4" and kind == "linear" and cols % INT4_GROUP:
         fmt = "int8"  # the recipe keeps widths that groups do not divide at 8 bits
     data = rows * cols * BYTES[fmt]
     if fmt == "int4" and kind == "linear":
         return data + rows * -(-cols // INT4_GROUP) * GROUP_SCALE_BYTES[runtime]
     if fmt in ("int8", "int4"):
-        return data + rows * ROW_PARAMETER_BYTES[runtime]
+        return data + rows * (ROW_PARAMETER_BYTES[runtime] if row_bytes is None else row_bytes)
     return data
 
 

@@ -9,7 +9,7 @@ import torch
 from edgeprune.importance.base import Batch
 
 if TYPE_CHECKING:
-    from edgeprune.tasks.text_classification import TextClassificationTask
+    from edgeprune.tasks.base import Task
 
 
 @dataclass(frozen=True)
@@ -29,16 +29,17 @@ class DistillData:
         return cls(lambda _epoch: iter(train), lambda: iter(validation))
 
     @classmethod
-    def from_task(cls, task: "TextClassificationTask", batch_size: int = 16, seed: int = 0,
+    def from_task(cls, task: "Task", batch_size: int = 16, seed: int = 0,
                   train_limit: int | None = None, validation_limit: int | None = None) -> "DistillData":
         """Train on the task's calibration split, shuffled per epoch with `seed`; validate on its validation
-        split. The test split is never read."""
+        split. The test split is never read. Works for labelled and unlabelled tasks (causal-LM blocks)."""
         if batch_size < 1:
             raise ValueError(f"batch_size must be at least 1, got {batch_size}")
 
         def train(epoch: int) -> Iterator[Batch]:
             data = task.encode("calibration")
-            count = len(data["labels"]) if train_limit is None else min(train_limit, len(data["labels"]))
+            total = len(data["input_ids"])
+            count = total if train_limit is None else min(train_limit, total)
             generator = torch.Generator().manual_seed(seed * 100_003 + epoch)
             order = torch.randperm(count, generator=generator)
             for start in range(0, count, batch_size):

@@ -6,6 +6,7 @@ the hard-label loss when T changes. Hidden-state alignment with a layer map foll
 (Jiao et al., 2020) and DistilBERT's cosine embedding loss (Sanh et al., 2019).
 """
 
+import inspect
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
@@ -33,9 +34,19 @@ def mask_of(batch: Batch) -> torch.Tensor:
     return torch.ones_like(batch["input_ids"]) if mask is None else mask
 
 
+def _takes_attention_mask(model: nn.Module) -> bool:
+    parameters = inspect.signature(model.forward).parameters
+    return "attention_mask" in parameters or any(p.kind is p.VAR_KEYWORD for p in parameters.values())
+
+
 def forward(model: nn.Module, batch: Batch) -> Outputs:
-    """Run `model` on a batch: EncoderClassifier (logits, embedding), or any output with `.logits`."""
-    output = model(input_ids=batch["input_ids"], attention_mask=mask_of(batch))
+    """Run `model` on a batch: EncoderClassifier (logits, embedding), a wrapper returning (logits,), or any output
+    with `.logits`. Models whose forward takes no attention mask (fixed full blocks, e.g. CausalLMLogits) get
+    the input ids alone."""
+    if _takes_attention_mask(model):
+        output = model(input_ids=batch["input_ids"], attention_mask=mask_of(batch))
+    else:
+        output = model(input_ids=batch["input_ids"])
     if isinstance(output, tuple):
         return Outputs(output[0], output[1] if len(output) > 1 else None, [])
     if isinstance(output, torch.Tensor):
@@ -83,6 +94,18 @@ def next_token_loss(logits: torch.Tensor, input_ids: torch.Tensor, mask: torch.T
     valid = (mask[:, 1:] * mask[:, :-1]).bool()
     losses = F.cross_entropy(logits[:, :-1].flatten(0, 1), targets.flatten(), reduction="none")
     return (losses * valid.flatten()).sum() / valid.sum().clamp(min=1)
+
+
+def task_loss(model: nn.Module, batch: Batch) -> torch.Tensor:
+    """The loss that scores heads for either kind of model: next-token loss of a causal LM (3-d logits),
+    else cross-entropy on the batch's labels."""
+    logits = forward(model, batch).logits
+    if is_causal_lm(logits):
+        return next_token_loss(logits, batch["input_ids"], mask_of(batch))
+    if "labels" not in batch:
+        raise ValueError("the batches have no labels, and the model is not a causal LM; give labelled batches "
+                         "or a label-free criterion")
+    return F.cross_entropy(logits, batch["labels"])
 
 
 def embedding_alignment(student: torch.Tensor, teacher: torch.Tensor, kind: str) -> torch.Tensor:

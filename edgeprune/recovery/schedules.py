@@ -11,13 +11,15 @@ from torch import nn
 
 from edgeprune.errors import UserInputError
 from edgeprune.importance import score_heads, score_layers
-from edgeprune.importance.base import Batch, LayerScores
+from edgeprune.importance.base import Batch, HeadScores, LayerScores, LossFn
 from edgeprune.models import adapter_for
 from edgeprune.progress import Progress
-from edgeprune.pruning import Constraints, PruningPlan, apply_plan, current_plan, iterative_prune, plan_global_topk
+from edgeprune.pruning import Constraints, PruningPlan, apply_plan, current_plan, plan_global_topk
+from edgeprune.pruning.selection import present_heads
 from edgeprune.recovery.config import DistillConfig, DistillResult
 from edgeprune.recovery.data import DistillData
 from edgeprune.recovery.distill import distill
+from edgeprune.recovery.losses import task_loss
 
 SCHEDULES = ("one-shot", "iterative")
 
@@ -54,6 +56,29 @@ def remove_redundant_layers(model: nn.Module, batches: Iterable[Batch], count: i
     return LayerRemoval(removed, [i for i in range(layers) if i not in removed], scores)
 
 
+def plan_closest(scores: HeadScores, target_removed: int, constraints: Constraints) -> PruningPlan:
+    """The global top-k plan that removes the number of heads closest to `target_removed` (fewer on a tie).
+
+    Grouped-query layers can only lose heads in steps of their KV-head count (one query head from every
+    group, or a whole group), so asking for exactly `target_removed` can land several heads off; nearby asks
+    are tried and the closest outcome kept.
+    """
+    heads = sum(len(h) for h in present_heads(scores))
+    removable = sum(max(0, len(h) - constraints.min_heads_per_layer) for h in present_heads(scores))
+    if not 0 <= target_removed <= removable:
+        raise UserInputError(f"cannot remove {target_removed} heads: between 0 and {removable} can go while keeping "
+                             f"{constraints.min_heads_per_layer} per layer")
+    width = scores.scores.shape[1]
+    best: tuple[tuple[int, int], PruningPlan] | None = None
+    for asked in range(max(0, target_removed - width), min(removable, target_removed + width) + 1):
+        plan = plan_global_topk(scores, asked, constraints=constraints)
+        removed = heads - plan.heads_kept
+        key = (abs(removed - target_removed), removed)
+        if best is None or key < best[0]:
+            best = (key, plan)
+    return best[1]
+
+
 def prune_and_recover(
     model: nn.Module,
     teacher: nn.Module,
@@ -67,14 +92,18 @@ def prune_and_recover(
     remove_layers: int = 0,
     scoring_batches: Callable[[], Iterable[Batch]] | None = None,
     progress: Progress | None = None,
+    loss_fn: LossFn | None = None,
 ) -> Recovered:
     """Remove `target_removed` heads from `model` (in place) and recover it by distillation from `teacher`.
 
     one-shot: score once, remove all of them, distill with `recover_config`. iterative: `steps` rounds of
-    score → remove a share → distill, each round with 1/steps of the step and time budgets, so both schedules
+    score → remove a share of what is left to remove → distill (re-scoring after each removal, as Michel et al.,
+    2019), each round with 1/steps of the step and time budgets, so both schedules
     spend the same recovery budget. With `remove_layers` n, the n most redundant consecutive layers go first
     and are recovered from with a layer map (counted in the plan as the remaining layers only). Scoring
-    uses `scoring_batches` (default: the first training epoch).
+    uses `scoring_batches` (default: the first training epoch) and `loss_fn` for gradient criteria (default:
+    next-token loss for a causal LM, cross-entropy on labels otherwise). Grouped-query attention layouts are
+    always respected: removals snap to whole KV groups or the same number of heads from every group.
     """
     if schedule not in SCHEDULES:
         raise UserInputError(f"unknown schedule {schedule!r}; choose from {', '.join(SCHEDULES)}")
@@ -87,6 +116,7 @@ def prune_and_recover(
     progress = progress or Progress()
     scoring = scoring_batches or data.scoring_batches()
     constraints = constraints or Constraints()
+    loss_fn = loss_fn or task_loss
     outcome = Recovered(current_plan(model), model)
 
     def recover(run_config: DistillConfig) -> None:
@@ -101,17 +131,37 @@ def prune_and_recover(
         recover(config)
     if schedule == "one-shot" or target_removed == 0:
         if target_removed:
-            scores = score_heads(model, scoring(), criterion).normalize_per_layer()
-            apply_plan(model, plan_global_topk(scores, target_removed, constraints=constraints))
+            scores = score_heads(model, scoring(), criterion, loss_fn).normalize_per_layer()
+            # the grouped-query layout of the model as it is now (after any layer removal)
+            constraints = Constraints.for_model(model, constraints.min_heads_per_layer, constraints.heads_multiple)
+            apply_plan(model, plan_closest(scores, target_removed, constraints))
         recover(config)
         outcome.plan = current_plan(model, f"one-shot+distill({constraints.describe()})", criterion)
     else:
         per_round = config.replace(max_steps=max(1, config.max_steps // steps),
                                    max_seconds=None if config.max_seconds is None else config.max_seconds / steps,
                                    warmup_steps=min(config.warmup_steps, math.ceil(config.max_steps / steps / 5)))
-        plan = iterative_prune(model, scoring, target_removed, steps, criterion, constraints=constraints,
-                               between_steps=lambda _model, _step: recover(per_round))
-        outcome.plan = PruningPlan(plan.num_heads, plan.kept_heads, plan.criterion, f"{plan.strategy}+distill")
+        if steps < 1:
+            raise UserInputError(f"steps must be at least 1, got {steps}")
+        removed = 0
+        for step in range(steps):
+            share = math.ceil((target_removed - removed) / (steps - step))
+            if share <= 0:
+                break
+            scores = score_heads(model, scoring(), criterion, loss_fn).normalize_per_layer()
+            # the grouped-query layout changes as groups go, so it is read afresh every round
+            round_constraints = Constraints.for_model(model, constraints.min_heads_per_layer,
+                                                      constraints.heads_multiple)
+            present = present_heads(scores)
+            removable = sum(max(0, len(h) - constraints.min_heads_per_layer) for h in present)
+            plan = plan_closest(scores, min(share, removable), round_constraints)
+            gone = sum(len(h) for h in present) - plan.heads_kept
+            if gone == 0:
+                break  # the constraints allow no further removal
+            apply_plan(model, plan)
+            removed += gone
+            recover(per_round)
+        outcome.plan = current_plan(model, f"iterative(steps={steps}, {constraints.describe()})+distill", criterion)
     outcome.seconds = time.monotonic() - started
     return outcome
 

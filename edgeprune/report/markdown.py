@@ -3,15 +3,16 @@
 import json
 from pathlib import Path
 
+from edgeprune.report.facts import (
+    budget_rows,
+    format_mb,
+    format_quality,
+    metric_name,
+    teacher_quality,
+    test_quality,
+    verdict,
+)
 from edgeprune.search.result import BuiltArtifact, FitResult
-
-
-def _mb(value: int) -> str:
-    return f"{value / 1e6:.2f} MB"
-
-
-def _pct(value: float | None) -> str:
-    return "n/a" if value is None else f"{100 * value:.2f} %"
 
 
 def _row(label: str, dense: str, fitted: str) -> str:
@@ -19,15 +20,24 @@ def _row(label: str, dense: str, fitted: str) -> str:
 
 
 def _bench(artifact: BuiltArtifact, field: str, fmt: str) -> str:
-    if artifact.benchmark is None:
-        return "not measured"
-    return fmt.format(getattr(artifact.benchmark, field))
+    value = None if artifact.benchmark is None else getattr(artifact.benchmark, field)
+    return "not measured" if value is None else fmt.format(value)
 
 
 def _added_memory(artifact: BuiltArtifact) -> str:
-    if artifact.benchmark is None:
+    bench = artifact.benchmark
+    if bench is None or bench.peak_rss_mb is None or bench.rss_before_load_mb is None:
         return "not measured"
-    return f"{artifact.benchmark.peak_rss_mb - artifact.benchmark.rss_before_load_mb:.0f} MB"
+    return f"{bench.peak_rss_mb - bench.rss_before_load_mb:.0f} MB"
+
+
+def _budget_table(result: FitResult) -> list[str]:
+    rows = budget_rows(result)
+    if not rows:
+        return ["No budget was set.", ""]
+    lines = [f"| budget | limit | {result.fitted.label} | source | verdict |", "|---|---|---|---|---|"]
+    lines += [f"| {r.name} (`{r.flag}`) | {r.limit} | {r.value} | {r.source} | {verdict(r)} |" for r in rows]
+    return [*lines, ""]
 
 
 def render_markdown(result: FitResult) -> str:
@@ -35,20 +45,22 @@ def render_markdown(result: FitResult) -> str:
     bench = fitted.benchmark or dense.benchmark
     speedup = (dense.benchmark.p50_ms / fitted.benchmark.p50_ms
                if dense.benchmark and fitted.benchmark and fitted.benchmark.p50_ms else None)
+    metric = metric_name(result)
     lines = [
         f"# edgeprune fit: {result.task['name']} on {result.device}",
         "",
         f"**{result.status}** — {result.message}",
         "",
-        f"Budget: max {result.budget.max_mb} MB. Elapsed {result.elapsed_s:.0f} s.",
+        *_budget_table(result),
+        f"Elapsed {result.elapsed_s:.0f} s.",
         "",
         f"| | dense ({dense.recipe}, {Path(dense.path).suffix}) | fitted |",
         "|---|---|---|",
         _row("recipe", dense.recipe, fitted.recipe),
         _row("heads kept", str(sum(map(len, dense.plan["kept_heads"]))), str(sum(map(len, fitted.plan["kept_heads"])))),
         _row("parameters", f"{dense.parameters:,}", f"{fitted.parameters:,}"),
-        _row("file size (measured)", _mb(dense.file_bytes), _mb(fitted.file_bytes)),
-        _row("file size (size model)", _mb(dense.predicted_bytes), _mb(fitted.predicted_bytes)),
+        _row("file size (measured)", format_mb(dense.file_bytes), format_mb(fitted.file_bytes)),
+        _row("file size (size model)", format_mb(dense.predicted_bytes), format_mb(fitted.predicted_bytes)),
         _row("latency p50 (measured)", _bench(dense, "p50_ms", "{:.1f} ms"), _bench(fitted, "p50_ms", "{:.1f} ms")),
         _row("latency p90 (measured)", _bench(dense, "p90_ms", "{:.1f} ms"), _bench(fitted, "p90_ms", "{:.1f} ms")),
         _row("load time (measured)", _bench(dense, "load_ms", "{:.1f} ms"), _bench(fitted, "load_ms", "{:.1f} ms")),
@@ -57,13 +69,13 @@ def render_markdown(result: FitResult) -> str:
         _row("RSS before load (measured)", _bench(dense, "rss_before_load_mb", "{:.0f} MB"),
              _bench(fitted, "rss_before_load_mb", "{:.0f} MB")),
         _row("memory the artifact adds (peak − before load)", _added_memory(dense), _added_memory(fitted)),
-        _row(f"test accuracy through {result.reproduce['runtime']} (measured)", _pct(dense.test_accuracy),
-             _pct(fitted.test_accuracy)),
+        _row(f"test {metric} through {result.reproduce['runtime']} (measured)",
+             format_quality(test_quality(dense)), format_quality(test_quality(fitted))),
         _row("cosine to its PyTorch source (worst of "
              f"{fitted.verification.num_inputs})", f"{dense.verification.min_cosine:.6f}",
              f"{fitted.verification.min_cosine:.6f}"),
         "",
-        f"Dense teacher in PyTorch: test accuracy {_pct(result.teacher_test_accuracy)} "
+        f"Dense teacher in PyTorch: test {metric} {format_quality(teacher_quality(result))} "
         f"on {result.task['split_sizes']['test']} test documents.",
     ]
     if speedup is not None:
@@ -77,10 +89,10 @@ def render_markdown(result: FitResult) -> str:
     lines += ["", "## Candidates considered", "", "| recipe | heads removed | predicted | file | fits | note |",
               "|---|---|---|---|---|---|"]
     for trial in result.trials:
-        file = _mb(trial.file_bytes) if trial.file_bytes is not None else "not exported"
+        file = format_mb(trial.file_bytes) if trial.file_bytes is not None else "not exported"
         fits = {True: "yes", False: "no", None: "—"}[trial.fits]
-        lines.append(f"| {trial.recipe} | {trial.heads_removed} | {_mb(trial.predicted_bytes)} | {file} | {fits} | "
-                     f"{trial.note} |")
+        lines.append(f"| {trial.recipe} | {trial.heads_removed} | {format_mb(trial.predicted_bytes)} | {file} | "
+                     f"{fits} | {trial.note} |")
     lines += ["", "## Reproduce", "", "```json"]
     lines += [json.dumps(result.reproduce, indent=2), "```", ""]
     return "\n".join(lines)

@@ -1,22 +1,115 @@
-"""Budgets a fitted artifact must meet."""
+"""Budgets a fitted artifact must meet, and the check of one candidate against them."""
 
 import math
-from dataclasses import dataclass
+import re
+from dataclasses import dataclass, fields
+from typing import TYPE_CHECKING, Any
 
 from edgeprune.errors import UserInputError
+
+if TYPE_CHECKING:
+    from edgeprune.bench.benchmark import BenchmarkResult
+    from edgeprune.devices import DeviceProfile
+    from edgeprune.tasks.base import Quality
+
+PERCENTILES = (50, 90, 99)
+RELATIVE_QUALITY = re.compile(r"^-(\d+(?:\.\d+)?)%$")
+
+
+@dataclass(frozen=True)
+class BudgetCheck:
+    """One budget against one candidate: the limit, the value and where the value came from."""
+
+    name: str
+    limit: float
+    value: float | None  # None: not known (e.g. no energy figure)
+    unit: str
+    passed: bool
+    source: str  # "measured", "estimated", "predicted" or "unknown"
 
 
 @dataclass(frozen=True)
 class Budget:
     max_mb: float | None = None  # artifact file size, in MB (10^6 bytes)
+    max_memory_mb: float | None = None  # peak resident memory of the process running the artifact
+    max_latency_ms: float | None = None  # at `latency_percentile`, batch 1
+    latency_percentile: int = 50
+    max_energy_mj: float | None = None  # per inference
+    min_quality: float | str | None = None  # absolute (in the task's metric) or relative to the dense teacher: "-1%"
 
     def __post_init__(self) -> None:
-        if self.max_mb is not None:
-            is_number = isinstance(self.max_mb, int | float) and not isinstance(self.max_mb, bool)
-            if not is_number or not math.isfinite(self.max_mb):
-                raise UserInputError(f"max_mb must be a positive number of megabytes, got {self.max_mb!r}")
-            if self.max_mb <= 0:
-                raise UserInputError(f"max_mb must be positive, got {self.max_mb}")
+        for name in ("max_mb", "max_memory_mb", "max_latency_ms", "max_energy_mj"):
+            value = getattr(self, name)
+            if value is None:
+                continue
+            is_number = isinstance(value, int | float) and not isinstance(value, bool)
+            if not is_number or not math.isfinite(value) or value <= 0:
+                raise UserInputError(f"{name} must be a positive number, got {value!r}")
+        if self.latency_percentile not in PERCENTILES:
+            raise UserInputError(f"latency percentile must be one of {PERCENTILES}, got {self.latency_percentile!r}")
+        if isinstance(self.min_quality, str) and not RELATIVE_QUALITY.match(self.min_quality.strip()):
+            raise UserInputError(f"min quality {self.min_quality!r} must be a number (e.g. 0.95) or a drop relative "
+                                 "to the dense teacher (e.g. -1%)")
+        if isinstance(self.min_quality, bool) or (self.min_quality is not None and not isinstance(
+                self.min_quality, int | float | str)):
+            raise UserInputError(f"min quality must be a number or a relative drop like -1%, got {self.min_quality!r}")
+
+    @classmethod
+    def for_device(cls, profile: "DeviceProfile", **overrides: Any) -> "Budget":
+        """The profile's default budgets, with every override that is not None taking precedence."""
+        values = {"max_mb": profile.max_mb, "max_memory_mb": profile.max_memory_mb,
+                  "max_latency_ms": profile.max_latency_ms, "max_energy_mj": profile.max_energy_mj}
+        values.update({k: v for k, v in overrides.items() if v is not None})
+        return cls(**values)
+
+    def set_limits(self) -> list[str]:
+        return [f.name for f in fields(self) if f.name != "latency_percentile" and getattr(self, f.name) is not None]
+
+    def needs_benchmark(self) -> bool:
+        return any(v is not None for v in (self.max_memory_mb, self.max_latency_ms, self.max_energy_mj))
 
     def size_fits(self, file_bytes: int) -> bool:
         return self.max_mb is None or file_bytes <= self.max_mb * 1e6
+
+    def quality_floor(self, reference: "Quality") -> float | None:
+        """The quality a candidate must reach, in the task's metric (a ceiling when lower is better)."""
+        if self.min_quality is None:
+            return None
+        if isinstance(self.min_quality, str):
+            fraction = float(RELATIVE_QUALITY.match(self.min_quality.strip()).group(1)) / 100
+            change = -fraction if reference.higher_is_better else fraction
+            return reference.value * (1 + change)
+        return float(self.min_quality)
+
+    def latency(self, benchmark: "BenchmarkResult") -> float:
+        return {50: benchmark.p50_ms, 90: benchmark.p90_ms, 99: benchmark.p99_ms}[self.latency_percentile]
+
+    def check(self, file_bytes: int, benchmark: "BenchmarkResult | None", quality: "Quality | None",
+              reference: "Quality | None") -> list[BudgetCheck]:
+        """Every set budget against one candidate. Unknown values fail: nothing passes unmeasured."""
+        checks = []
+        if self.max_mb is not None:
+            checks.append(BudgetCheck("size", self.max_mb, file_bytes / 1e6, "MB", self.size_fits(file_bytes),
+                                      "measured"))
+        source = "unknown" if benchmark is None else ("measured" if benchmark.measured else "estimated")
+        if self.max_latency_ms is not None:
+            value = None if benchmark is None else self.latency(benchmark)
+            checks.append(BudgetCheck(f"latency p{self.latency_percentile}", self.max_latency_ms, value, "ms",
+                                      value is not None and value <= self.max_latency_ms, source))
+        if self.max_memory_mb is not None:
+            value = None if benchmark is None else benchmark.peak_rss_mb
+            checks.append(BudgetCheck("peak memory", self.max_memory_mb, value, "MB",
+                                      value is not None and value <= self.max_memory_mb, source))
+        if self.max_energy_mj is not None:
+            value = None if benchmark is None else getattr(benchmark, "energy_mj_per_inference", None)
+            energy_source = getattr(benchmark, "energy_source", None) or source
+            checks.append(BudgetCheck("energy per inference", self.max_energy_mj, value, "mJ",
+                                      value is not None and value <= self.max_energy_mj, str(energy_source)))
+        floor = None if reference is None else self.quality_floor(reference)
+        if floor is not None:
+            value = None if quality is None else quality.value
+            better = reference.higher_is_better
+            passed = value is not None and (value >= floor if better else value <= floor)
+            checks.append(BudgetCheck(f"{'min' if better else 'max'} {reference.metric} (validation)", floor, value,
+                                      "", passed, "measured"))
+        return checks

@@ -1,11 +1,12 @@
-"""What a fit produces: every trial, the dense baseline and the chosen artifact, all JSON-ready."""
+"""What a fit produces: every trial, the dense baseline, every candidate built and the chosen one, all JSON-ready."""
 
 from dataclasses import dataclass, field
 from typing import Any
 
 from edgeprune.bench.benchmark import BenchmarkResult
 from edgeprune.export.verify import Verification
-from edgeprune.search.budget import Budget
+from edgeprune.search.budget import Budget, BudgetCheck
+from edgeprune.tasks.base import Quality
 
 
 @dataclass
@@ -34,9 +35,22 @@ class BuiltArtifact:
     file_bytes: int
     predicted_bytes: int
     verification: Verification
-    test_accuracy: float | None = None  # measured through the runtime on the test split
+    test_accuracy: float | None = None  # accuracy-like metrics only: measured through the runtime on the test split
     vocabulary_size: int | None = None  # rows kept when the vocabulary was trimmed (inputs go through the map)
     benchmark: BenchmarkResult | None = None
+    validation_quality: Quality | None = None  # through the runtime; what the search decides on
+    quality: Quality | None = None  # through the runtime on the test split (dense and fitted only)
+    checks: list[BudgetCheck] = field(default_factory=list)
+    export_seconds: float | None = None
+    cached_export: bool = False
+
+    @property
+    def heads_removed(self) -> int:
+        return int(self.plan["heads_removed"])
+
+    @property
+    def meets_budget(self) -> bool:
+        return bool(self.checks) and all(check.passed for check in self.checks)
 
 
 @dataclass
@@ -46,7 +60,7 @@ class FitResult:
     device: str
     budget: Budget
     task: dict[str, Any]
-    teacher_test_accuracy: float  # dense teacher in PyTorch
+    teacher_test_accuracy: float | None  # dense teacher in PyTorch (accuracy-like metrics)
     head_scores: dict[str, Any]
     dense: BuiltArtifact
     fitted: BuiltArtifact
@@ -55,6 +69,14 @@ class FitResult:
     out_dir: str
     elapsed_s: float
     timings_s: dict[str, float] = field(default_factory=dict)
+    candidates: list[BuiltArtifact] = field(default_factory=list)  # every exported candidate, the fitted one included
+    pareto: list[str] = field(default_factory=list)  # paths of candidates on the quality/size/latency front
+    teacher_quality: Quality | None = None  # dense teacher in PyTorch on the test split
+    binding_budgets: list[str] = field(default_factory=list)  # budgets nothing met (when status is budget_not_met)
+    suggestions: list[str] = field(default_factory=list)  # what would make it fit
+    per_class_regressions: list[dict[str, Any]] = field(default_factory=list)  # fitted vs dense teacher, test split
+    shipped_files: list[str] = field(default_factory=list)  # what the app needs next to the artifact
+    device_profile: dict[str, Any] = field(default_factory=dict)  # hardware and runtime facts of the profile
 
     @property
     def fits(self) -> bool:

@@ -11,7 +11,7 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
-from edgeprune.devices.transports.base import CommandResult, Transport, register, shell_command
+from edgeprune.devices.transports.base import CommandResult, DeviceTimeoutError, Transport, register, shell_command
 from edgeprune.errors import DeviceUnreachableError, EdgepruneError, UserInputError
 
 RC_MARKER = "__edgeprune_rc="
@@ -107,7 +107,8 @@ class AdbTransport(Transport):
             except FileNotFoundError:
                 raise UserInputError("the adb client is not installed (apt-get install adb)") from None
             except subprocess.TimeoutExpired:
-                raise EdgepruneError(f"adb {args[0]} on {self.label} ran past its {timeout_s:g} s timeout") from None
+                raise DeviceTimeoutError(f"adb {args[0]} on {self.label} ran past its {timeout_s:g} s "
+                                         "timeout") from None
             output = done.stdout + done.stderr
             lowered = output.lower()
             if done.returncode == 0 or not any(p in lowered for p in UNREACHABLE):

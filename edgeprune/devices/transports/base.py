@@ -7,7 +7,15 @@ from pathlib import Path
 from typing import NamedTuple
 
 from edgeprune.devices.profile import Endpoint
-from edgeprune.errors import UserInputError
+from edgeprune.errors import EdgepruneError, UserInputError
+
+EXIT_DEVICE_TIMEOUT = 6
+
+
+class DeviceTimeoutError(EdgepruneError):
+    """A command on a device ran past its timeout and was stopped. The CLI prints one line and exits 6."""
+
+    exit_code = EXIT_DEVICE_TIMEOUT
 
 
 class CommandResult(NamedTuple):

@@ -8,7 +8,7 @@ import tempfile
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 
-from edgeprune.devices.transports.base import CommandResult, Transport, register
+from edgeprune.devices.transports.base import CommandResult, DeviceTimeoutError, Transport, register
 from edgeprune.errors import EdgepruneError
 
 
@@ -39,7 +39,7 @@ class LocalTransport(Transport):
             done = subprocess.run(list(argv), cwd=self.workdir, capture_output=True, text=True,
                                   env={**os.environ, **(env or {})}, timeout=timeout_s)
         except subprocess.TimeoutExpired:
-            raise EdgepruneError(f"{argv[0]} ran past its {timeout_s:g} s timeout on {self.label}") from None
+            raise DeviceTimeoutError(f"{argv[0]} ran past its {timeout_s:g} s timeout on {self.label}") from None
         except OSError as error:
             return CommandResult(127, "", f"{argv[0]}: {error}")
         return CommandResult(done.returncode, done.stdout, done.stderr)

@@ -12,7 +12,7 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import BinaryIO
 
-from edgeprune.devices.transports.base import CommandResult, Transport, register, shell_command
+from edgeprune.devices.transports.base import CommandResult, DeviceTimeoutError, Transport, register, shell_command
 from edgeprune.errors import DeviceUnreachableError, EdgepruneError, UserInputError
 
 SSH_FAILED = 255  # ssh's own exit status for connection, authentication and host-key failures
@@ -74,7 +74,7 @@ class SshTransport(Transport):
             except FileNotFoundError:
                 raise UserInputError("the ssh client is not installed (apt-get install openssh-client)") from None
             except subprocess.TimeoutExpired:
-                raise EdgepruneError(f"a command on {self.label} ran past its {timeout_s:g} s timeout: "
+                raise DeviceTimeoutError(f"a command on {self.label} ran past its {timeout_s:g} s timeout: "
                                      f"{line[:120]}") from None
             stderr = done.stderr.decode(errors="replace")
             if "Permanently added" in stderr:

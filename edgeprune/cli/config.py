@@ -1,0 +1,111 @@
+"""The project file: `edgeprune.toml` in the working folder (or `--config PATH`) holds options; flags override it.
+
+Top-level keys apply to every verb that has the option; a `[fit]` (or `[score]`, ...) table applies to one
+verb. Keys are option names with `_` or `-` (`max_mb`, `text-column`); paths are relative to the file.
+"""
+
+import argparse
+import tomllib
+from pathlib import Path
+from typing import Any
+
+from edgeprune.errors import UserInputError
+
+PROJECT_FILE = "edgeprune.toml"
+
+
+def split_config_flag(argv: list[str]) -> tuple[Path | None, list[str]]:
+    """Take `--config PATH` (anywhere) out of the arguments."""
+    rest, config = [], None
+    items = iter(argv)
+    for item in items:
+        if item == "--config":
+            value = next(items, None)
+            if value is None:
+                raise UserInputError("--config needs a path to a TOML project file")
+            config = Path(value)
+        elif item.startswith("--config="):
+            config = Path(item.split("=", 1)[1])
+        else:
+            rest.append(item)
+    return config, rest
+
+
+def read_project_file(explicit: Path | None, cwd: Path | None = None) -> tuple[Path | None, dict[str, Any]]:
+    path = explicit if explicit is not None else (cwd or Path.cwd()) / PROJECT_FILE
+    if not path.is_file():
+        if explicit is not None:
+            raise UserInputError(f"project file {explicit} does not exist")
+        return None, {}
+    try:
+        return path, tomllib.loads(path.read_text())
+    except (OSError, UnicodeDecodeError) as error:
+        raise UserInputError(f"cannot read project file {path}: {error}") from None
+    except tomllib.TOMLDecodeError as error:
+        raise UserInputError(f"project file {path} is not valid TOML: {error}") from None
+
+
+def defaults_for(verb: str, subparser: argparse.ArgumentParser, verbs: list[str], path: Path,
+                 data: dict[str, Any]) -> dict[str, Any]:
+    """Option defaults for `verb` from the project file, converted and checked like the flags."""
+    actions = {a.dest: a for a in subparser._actions if a.option_strings and a.dest != "help"}
+    defaults: dict[str, Any] = {}
+    for key, value in data.items():
+        if isinstance(value, dict):
+            if key not in verbs:
+                raise UserInputError(f"{path}: [{key}] is not a verb; tables may be one of: {', '.join(verbs)}")
+            if key == verb:
+                for inner, inner_value in value.items():
+                    defaults[_dest(inner)] = _convert(path, f"{key}.{inner}", actions, _dest(inner), inner_value,
+                                                      required=True)
+            continue
+        dest = _dest(key)
+        if dest in actions:
+            defaults[dest] = _convert(path, key, actions, dest, value, required=False)
+    return defaults
+
+
+def unknown_top_level_keys(path: Path, data: dict[str, Any], parsers: dict[str, argparse.ArgumentParser]) -> None:
+    known = {a.dest for p in parsers.values() for a in p._actions if a.option_strings and a.dest != "help"}
+    for key, value in data.items():
+        if not isinstance(value, dict) and _dest(key) not in known:
+            raise UserInputError(f"{path}: unknown key {key!r}; keys are the long options of the verbs, e.g. "
+                                 f"{', '.join(sorted(known)[:12])}, ...")
+
+
+def _dest(key: str) -> str:
+    return key.replace("-", "_")
+
+
+def _convert(path: Path, key: str, actions: dict[str, argparse.Action], dest: str, value: Any,
+             required: bool) -> Any:
+    action = actions.get(dest)
+    if action is None:
+        if required:
+            raise UserInputError(f"{path}: {key} is not an option of this verb; options: "
+                                 f"{', '.join(sorted(actions))}")
+        return value
+    if isinstance(action, argparse._StoreTrueAction):
+        if not isinstance(value, bool):
+            raise UserInputError(f"{path}: {key} must be true or false, got {value!r}")
+        return value
+    if isinstance(action, argparse._AppendAction):
+        values = value if isinstance(value, list) else [value]
+        return [_typed(path, key, action, item) for item in values]
+    return _typed(path, key, action, value)
+
+
+def _typed(path: Path, key: str, action: argparse.Action, value: Any) -> Any:
+    if isinstance(value, dict | list):
+        raise UserInputError(f"{path}: {key} must be a single value, got {value!r}")
+    text = str(value)
+    if action.type is Path:
+        resolved = Path(text).expanduser()
+        return resolved if resolved.is_absolute() else path.parent / resolved
+    try:
+        converted = action.type(text) if action.type is not None else text
+    except (argparse.ArgumentTypeError, ValueError) as error:
+        raise UserInputError(f"{path}: {key} = {value!r} is not valid: {error}") from None
+    if action.choices is not None and converted not in action.choices:
+        raise UserInputError(f"{path}: {key} = {value!r}; choose from: {', '.join(map(str, action.choices))}")
+    return converted

@@ -1,0 +1,46 @@
+"""A latency model fitted to the device's own measurements as they arrive: latency against matmul FLOPs.
+
+Per recipe, p50 ≈ a + b·FLOPs by least squares once two candidates are measured; with one measurement,
+latency scales with FLOPs through the origin; before any measurement of a recipe, the ratio measured for
+another recipe is borrowed. Before any measurement at all, the device profile's peak compute and memory
+bandwidth give a roofline bound, max(FLOPs / peak, weight bytes / bandwidth): a lower bound on the real
+latency, so a candidate it already puts over budget is safely skipped. The model only orders and skips
+candidates; a real benchmark settles every candidate that is built.
+"""
+
+from dataclasses import dataclass, field
+
+
+@dataclass
+class LatencyModel:
+    peak_gflops: float | None = None  # the device profile's peak compute
+    bandwidth_gbs: float | None = None  # the device profile's memory bandwidth
+    observations: dict[str, list[tuple[int, float]]] = field(default_factory=dict)  # recipe → [(flops, p50 ms)]
+
+    def roofline_ms(self, flops: int, weight_bytes: int | None) -> float | None:
+        bounds = []
+        if self.peak_gflops:
+            bounds.append(flops / (self.peak_gflops * 1e9) * 1e3)
+        if self.bandwidth_gbs and weight_bytes:
+            bounds.append(weight_bytes / (self.bandwidth_gbs * 1e9) * 1e3)
+        return max(bounds) if bounds else None
+
+    def observe(self, recipe: str, flops: int, p50_ms: float) -> None:
+        points = self.observations.setdefault(recipe, [])
+        if (flops, p50_ms) not in points:
+            points.append((flops, p50_ms))
+
+    def predict(self, recipe: str, flops: int, weight_bytes: int | None = None) -> float | None:
+        """Predicted p50 in ms; the roofline bound before any measurement; None when nothing is known."""
+        points = self.observations.get(recipe) or next(iter(self.observations.values()), None)
+        if not points:
+            return self.roofline_ms(flops, weight_bytes)
+        distinct = {f for f, _ in points}
+        if len(distinct) < 2:
+            ratio = sum(ms for _, ms in points) / sum(f for f, _ in points)
+            return ratio * flops
+        mean_f = sum(f for f, _ in points) / len(points)
+        mean_ms = sum(ms for _, ms in points) / len(points)
+        slope = sum((f - mean_f) * (ms - mean_ms) for f, ms in points) / sum((f - mean_f) ** 2 for f, _ in points)
+        slope = max(slope, 0.0)  # more work is never faster; noise must not invert the order
+        return mean_ms + slope * (flops - mean_f)

@@ -1,0 +1,246 @@
+"""What every task gives the pipeline: data splits, a loss for scoring and distillation, a quality metric.
+
+A task owns what quality means for a model (accuracy, cosine to the teacher, perplexity, top-1) and how a
+model is fed (its inputs at batch 1 for export). The pipeline stages (score, prune, recover, export,
+verify, evaluate, fit) only talk to this interface, so a team's own model and data plug in unchanged.
+"""
+
+import hashlib
+import os
+from abc import ABC, abstractmethod
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass, field
+from functools import cached_property
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+import torch
+from torch import nn
+
+from edgeprune.data import DataSplits, SplitRatios
+from edgeprune.errors import UserInputError
+from edgeprune.progress import Progress
+
+if TYPE_CHECKING:
+    from edgeprune.quantize.vocabulary import VocabularyMap
+
+os.environ.setdefault("HF_HUB_OFFLINE", "1")  # models come from local folders; never from a hub
+
+Split = str  # "calibration" | "validation" | "test"
+SPLITS: tuple[Split, ...] = ("calibration", "validation", "test")
+Batch = dict[str, torch.Tensor]
+RuntimeRun = Callable[..., list[torch.Tensor]]  # an artifact run by its runtime: inputs in, outputs out
+
+
+def default_cache_dir() -> Path:
+    return Path(os.environ.get("EDGEPRUNE_CACHE", Path.home() / ".cache" / "edgeprune"))
+
+
+@dataclass
+class Quality:
+    """One measurement of a model's quality on one split, with the details a report shows."""
+
+    metric: str  # e.g. "accuracy", "cosine", "perplexity", "top1"
+    value: float
+    higher_is_better: bool = True
+    split: str = "test"
+    examples: int = 0
+    details: dict[str, Any] = field(default_factory=dict)  # macro-F1, per-class errors, confusion matrix, ...
+
+    def better_or_equal(self, other: "Quality") -> bool:
+        return self.value >= other.value if self.higher_is_better else self.value <= other.value
+
+
+@dataclass
+class Teacher:
+    """The dense model the task measures against, with its quality in PyTorch."""
+
+    model: nn.Module
+    validation: Quality
+    test: Quality
+    build_seconds: float
+    cached: bool
+    labels: list[str] = field(default_factory=list)
+
+    @property
+    def test_accuracy(self) -> float:
+        return self.test.value
+
+    @property
+    def validation_accuracy(self) -> float:
+        return self.validation.value
+
+
+@dataclass(frozen=True)
+class InputSpec:
+    """One input of the exported artifact, for the app that feeds it."""
+
+    name: str
+    shape: list[int]
+    dtype: str
+
+
+@dataclass
+class Task(ABC):
+    """A model folder and data, split once (seeded); subclasses say how to feed and judge the model."""
+
+    name: str
+    model_path: Path
+    load_items: Callable[[], list]  # LabeledText / LabeledImage records
+    seed: int = 0
+    ratios: SplitRatios = field(default_factory=SplitRatios)
+    cache_dir: Path = field(default_factory=default_cache_dir)
+    progress: Progress = field(default_factory=Progress)
+    data_description: dict[str, Any] = field(default_factory=dict)  # where the data came from, for the recipe
+
+    kind = "task"  # registry key
+    metric = "quality"
+    higher_is_better = True
+
+    def __post_init__(self) -> None:
+        self.model_path = Path(self.model_path)
+        if not self.model_path.is_dir() or not (self.model_path / "config.json").is_file():
+            raise UserInputError(f"model path {self.model_path} is not a model folder (no config.json found there); "
+                                 "pass a Hugging Face model folder")
+
+    # --- data -----------------------------------------------------------------------------------
+    @property
+    def labelled(self) -> bool:
+        return True
+
+    @cached_property
+    def splits(self) -> DataSplits:
+        from edgeprune.data import random_split, stratified_split
+
+        items = self.load_items()
+        if not items:
+            raise UserInputError(f"task {self.name}: the data holds no examples")
+        if not self.labelled:
+            return random_split(items, self.ratios, self.seed)
+        return stratified_split(items, self.ratios, self.seed)  # refuses labels missing from calibration
+
+    def split_items(self, split: Split) -> list:
+        if split not in SPLITS:
+            raise ValueError(f"unknown split {split!r}; splits: {', '.join(SPLITS)}")
+        return list(getattr(self.splits, split))
+
+    @abstractmethod
+    def encode(self, split: Split) -> Batch:
+        """The whole split as tensors; the first dimension indexes examples."""
+
+    def count(self, split: Split) -> int:
+        return int(next(iter(self.encode(split).values())).shape[0])
+
+    def batches(self, split: Split, batch_size: int, limit: int | None = None) -> Iterator[Batch]:
+        data = self.encode(split)
+        total = self.count(split) if limit is None else min(limit, self.count(split))
+        for start in range(0, total, batch_size):
+            yield {k: v[start:min(start + batch_size, total)] for k, v in data.items()}
+
+    @property
+    @abstractmethod
+    def input_names(self) -> tuple[str, ...]:
+        """The artifact's inputs, in call order; each is a key of `encode`'s batches."""
+
+    def example_inputs(self, split: Split = "validation", count: int = 1) -> list[tuple[torch.Tensor, ...]]:
+        """Real inputs at batch 1, the shape artifacts are exported with."""
+        data = self.encode(split)
+        available = self.count(split)
+        if available == 0:
+            raise UserInputError(f"task {self.name}: the {split} split is empty; add data or change the split ratios")
+        return [tuple(data[name][i:i + 1] for name in self.input_names) for i in range(min(count, available))]
+
+    def input_signature(self) -> list[InputSpec]:
+        example = self.example_inputs("validation", 1)[0]
+        return [InputSpec(name, list(tensor.shape), str(tensor.dtype).removeprefix("torch."))
+                for name, tensor in zip(self.input_names, example, strict=True)]
+
+    def vocabulary(self) -> "VocabularyMap | None":
+        """Token ids the calibration and validation data use (text tasks); None where it does not apply."""
+        return None
+
+    # --- model and quality --------------------------------------------------------------------
+    @abstractmethod
+    def teacher(self) -> Teacher:
+        """The dense model as the artifact will run it, and its quality in PyTorch."""
+
+    @abstractmethod
+    def loss(self, model: nn.Module, batch: Batch) -> torch.Tensor:
+        """The loss used for gradient-based head scoring (higher = worse)."""
+
+    @abstractmethod
+    def quality_from_outputs(self, outputs: list[torch.Tensor], split: Split) -> Quality:
+        """Quality from the first output of every example of `split`, in order, one tensor per example."""
+
+    @torch.no_grad()
+    def quality(self, model: nn.Module, split: Split = "test") -> Quality:
+        """Quality of a PyTorch model (batch 1, the artifact's calling convention)."""
+        outputs = []
+        was_training = model.training
+        model.eval()
+        try:
+            for inputs in self._progress_inputs(f"{self.metric} of the PyTorch model on the {split} split", split):
+                outputs.append(_first(model(*inputs)))
+        finally:
+            model.train(was_training)
+        return self.quality_from_outputs(outputs, split)
+
+    def runtime_quality(self, run: RuntimeRun, split: Split = "test",
+                        map_inputs: Callable[[tuple[torch.Tensor, ...]], tuple[torch.Tensor, ...]] | None = None
+                        ) -> Quality:
+        """Quality of an artifact run by its runtime, one example at a time (its exported shape)."""
+        outputs = []
+        for inputs in self._progress_inputs(f"{self.metric} through the runtime on the {split} split", split):
+            outputs.append(_first(run(*(map_inputs(inputs) if map_inputs else inputs))))
+        return self.quality_from_outputs(outputs, split)
+
+    def _progress_inputs(self, title: str, split: Split) -> Iterator[tuple[torch.Tensor, ...]]:
+        data = self.encode(split)
+        total = self.count(split)
+        with self.progress.task(title, total) as bar:
+            for i in range(total):
+                yield tuple(data[name][i:i + 1] for name in self.input_names)
+                bar.advance(1)
+
+    # --- record -------------------------------------------------------------------------------
+    def ship(self, folder: Path) -> list[str]:
+        """Write what an app needs next to the artifact (tokenizer, preprocessing, labels); return file names."""
+        return []
+
+    def describe(self) -> dict[str, Any]:
+        from edgeprune.data import describe_split
+
+        return {"name": self.name, "kind": self.kind, "model_path": str(self.model_path), "metric": self.metric,
+                "seed": self.seed, "split_ratios": [self.ratios.calibration, self.ratios.validation, self.ratios.test],
+                "split_sizes": self.splits.sizes(), "split": describe_split(self.splits), "data": self.data_description}
+
+    def cache_key(self) -> str:
+        """Identifies model weights, data split and options, for the teacher and export caches."""
+        digest = hashlib.sha256()
+        digest.update((self.model_path / "config.json").read_bytes())
+        for file in sorted(self.model_path.glob("*.safetensors")) + sorted(self.model_path.glob("*.bin")):
+            stat = file.stat()
+            digest.update(f"{file.name}:{stat.st_size}".encode())
+            with file.open("rb") as handle:  # first and last MiB identify the weights cheaply
+                digest.update(handle.read(1 << 20))
+                handle.seek(max(0, stat.st_size - (1 << 20)))
+                digest.update(handle.read())
+        for split in SPLITS:
+            for item in self.split_items(split):
+                digest.update(f"{split}|{item}".encode())
+        digest.update(f"{self.kind}|{self.options_key()}|{self.seed}|{self.ratios}|{self.name}|v2".encode())
+        return digest.hexdigest()[:24]
+
+    def options_key(self) -> str:
+        return ""
+
+
+def _first(outputs: Any) -> torch.Tensor:
+    if isinstance(outputs, torch.Tensor):
+        return outputs.detach()
+    if isinstance(outputs, list | tuple):
+        return outputs[0].detach()
+    logits = getattr(outputs, "logits", None)
+    if logits is None:
+        raise TypeError(f"cannot find the first output in {type(outputs).__name__}")
+    return logits.detach()

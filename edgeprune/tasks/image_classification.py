@@ -1,0 +1,176 @@
+"""Image classification with a vision transformer: top-1 and top-5, per class, through the model's own head
+or a linear head fitted on the [CLS] features of the calibration images."""
+
+import time
+from dataclasses import dataclass
+from functools import cached_property
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+from edgeprune.errors import UserInputError
+from edgeprune.models.classifier import ImageClassifier
+from edgeprune.serialization import write_json_atomic
+from edgeprune.tasks.base import Batch, Quality, Split, Task, Teacher
+from edgeprune.tasks.metrics import classification_report
+from edgeprune.tasks.text import load_model_folder, model_architecture
+from edgeprune.tasks.text_classification import HEADS, fit_linear_head
+
+IMAGENET_HALF = [0.5, 0.5, 0.5]  # ViT's default normalization when the folder has no preprocessor config
+
+
+@dataclass(frozen=True)
+class ImagePreprocessing:
+    """What the app must do to an RGB image before the artifact sees it."""
+
+    height: int
+    width: int
+    mean: list[float]
+    std: list[float]
+    rescale: float = 1 / 255
+    resample: str = "bilinear"
+    channels: str = "RGB, channels first"
+
+
+def preprocessing_for(folder: Path) -> ImagePreprocessing:
+    import json
+
+    from transformers import AutoConfig
+
+    config = AutoConfig.from_pretrained(folder)
+    size = getattr(config, "image_size", 224)
+    settings: dict[str, Any] = {}
+    processor_file = folder / "preprocessor_config.json"
+    if processor_file.is_file():
+        try:
+            settings = json.loads(processor_file.read_text())
+        except (OSError, json.JSONDecodeError) as error:
+            raise UserInputError(f"{processor_file} is not valid JSON: {error}") from None
+    shape = settings.get("size", {"height": size, "width": size})
+    if isinstance(shape, int):
+        shape = {"height": shape, "width": shape}
+    return ImagePreprocessing(int(shape.get("height", size)), int(shape.get("width", size)),
+                              list(settings.get("image_mean", IMAGENET_HALF)),
+                              list(settings.get("image_std", IMAGENET_HALF)),
+                              float(settings.get("rescale_factor", 1 / 255)))
+
+
+def pixel_values(image: Any, preprocessing: ImagePreprocessing) -> torch.Tensor:
+    """[3, H, W] float tensor from a PIL image, as the model was trained to see it."""
+    from PIL import Image
+
+    resized = image.convert("RGB").resize((preprocessing.width, preprocessing.height), Image.Resampling.BILINEAR)
+    array = np.asarray(resized, dtype=np.float32) * preprocessing.rescale
+    array = (array - np.asarray(preprocessing.mean, dtype=np.float32)) / np.asarray(preprocessing.std, dtype=np.float32)
+    return torch.from_numpy(array.transpose(2, 0, 1).copy())
+
+
+@dataclass
+class ImageClassificationTask(Task):
+    head: str = "auto"
+
+    kind = "image-classification"
+    metric = "top1"
+
+    def __post_init__(self) -> None:
+        super().__post_init__()
+        if self.head not in HEADS:
+            raise UserInputError(f"unknown head {self.head!r}; choose from: {', '.join(HEADS)}")
+
+    @cached_property
+    def uses_own_head(self) -> bool:
+        own = model_architecture(self.model_path).endswith("ForImageClassification")
+        if self.head == "model" and not own:
+            raise UserInputError(f"the model in {self.model_path} has no image classification head; use --head fit")
+        return self.head == "model" or (self.head == "auto" and own)
+
+    @cached_property
+    def preprocessing(self) -> ImagePreprocessing:
+        return preprocessing_for(self.model_path)
+
+    @cached_property
+    def labels(self) -> list[str]:
+        calibration = {item.label for item in self.splits.calibration}
+        if not self.uses_own_head:
+            return sorted(calibration)
+        from transformers import AutoConfig
+
+        config = AutoConfig.from_pretrained(self.model_path)
+        names = [str(config.id2label[i]) for i in range(config.num_labels)]
+        everything = {item.label for split in ("calibration", "validation", "test") for item in self.split_items(split)}
+        if not everything <= set(names):
+            raise UserInputError(f"the classification head of {self.model_path} predicts {names}, but the image "
+                                 f"folders are named {sorted(everything)}; rename them, or use --head fit")
+        return names
+
+    @property
+    def input_names(self) -> tuple[str, ...]:
+        return ("pixel_values",)
+
+    @cached_property
+    def _encoded(self) -> dict[str, Batch]:
+        index = {label: i for i, label in enumerate(self.labels)}
+        encoded = {}
+        for split in ("calibration", "validation", "test"):
+            items = self.split_items(split)
+            unknown = sorted({item.label for item in items} - set(index))
+            if unknown:
+                raise UserInputError(f"labels {unknown} appear in the {split} split but not in calibration; add "
+                                     "images of them or change the split ratios")
+            with self.progress.task(f"decoding the {split} images", len(items)) as bar:
+                pixels = []
+                for item in items:
+                    pixels.append(pixel_values(item.load_rgb(), self.preprocessing))
+                    bar.advance(1)
+            encoded[split] = {"pixel_values": torch.stack(pixels),
+                              "labels": torch.tensor([index[item.label] for item in items], dtype=torch.long)}
+        return encoded
+
+    def encode(self, split: Split) -> Batch:
+        return self._encoded[split]
+
+    def teacher(self) -> Teacher:
+        started = time.perf_counter()
+        self.encode("calibration")  # data and labels are checked before any model is loaded
+        if self.uses_own_head:
+            model = ImageClassifier(load_model_folder(self.model_path, "AutoModelForImageClassification")).eval()
+        else:
+            encoder = load_model_folder(self.model_path, "AutoModel", add_pooling_layer=False)
+            features = self._cls_features(encoder)
+            classifier = nn.Linear(encoder.config.hidden_size, len(self.labels))
+            fit_linear_head(classifier, features, self.encode("calibration")["labels"])
+            model = ImageClassifier(encoder, classifier).eval()
+        return Teacher(model, self.quality(model, "validation"), self.quality(model, "test"),
+                       time.perf_counter() - started, cached=False, labels=self.labels)
+
+    @torch.no_grad()
+    def _cls_features(self, encoder: nn.Module, batch_size: int = 32) -> torch.Tensor:
+        return torch.cat([encoder(pixel_values=batch["pixel_values"]).last_hidden_state[:, 0]
+                          for batch in self.batches("calibration", batch_size)])
+
+    def loss(self, model: nn.Module, batch: Batch) -> torch.Tensor:
+        return F.cross_entropy(model(batch["pixel_values"])[0], batch["labels"])
+
+    def quality_from_outputs(self, outputs: list[torch.Tensor], split: Split) -> Quality:
+        logits = torch.cat([o.reshape(1, -1) for o in outputs])
+        report = classification_report(logits, self.encode(split)["labels"][:len(outputs)], self.labels,
+                                       top_k=(1, 5))
+        top1 = report.pop("accuracy")
+        report.pop("top1", None)
+        return Quality("top1", top1, True, split, len(outputs), report)
+
+    def ship(self, folder: Path) -> list[str]:
+        write_json_atomic(folder / "preprocessing.json", vars(self.preprocessing))
+        write_json_atomic(folder / "labels.json", {"labels": self.labels, "output": "logits, one per label"})
+        return ["preprocessing.json", "labels.json"]
+
+    def options_key(self) -> str:
+        return f"head={self.head}|{self.preprocessing}"
+
+    def describe(self) -> dict[str, object]:
+        return {**super().describe(), "labels": self.labels, "preprocessing": vars(self.preprocessing),
+                "head": "the model's own" if self.uses_own_head else "linear, fitted on [CLS] calibration features"}

@@ -1,0 +1,64 @@
+"""How fit chooses among the candidates it built: best validation quality within every budget, the Pareto
+front, and what it says when nothing fits."""
+
+from edgeprune.export.verify import Verification
+from edgeprune.search.budget import Budget
+from edgeprune.search.fit import _choose, pareto_front
+from edgeprune.search.result import BuiltArtifact
+from edgeprune.tasks.base import Quality
+from tests.test_budget import bench
+
+REFERENCE = Quality("accuracy", 0.96, split="validation")
+
+
+def candidate(path, mb, p50, accuracy, heads_removed=0, recipe="int8"):
+    artifact = BuiltArtifact(label="candidate", recipe=recipe, path=path,
+                             plan={"heads_removed": heads_removed, "num_heads": [4, 4]}, parameters=1,
+                             file_bytes=int(mb * 1e6), predicted_bytes=int(mb * 1e6),
+                             verification=Verification(1, 1.0, 0.0, 0.99), benchmark=bench(p50=p50, p90=p50, p99=p50),
+                             validation_quality=Quality("accuracy", accuracy, split="validation"))
+    return artifact
+
+
+def checked(budget, *candidates):
+    for c in candidates:
+        c.checks = budget.check(c.file_bytes, c.benchmark, c.validation_quality, REFERENCE)
+    return list(candidates)
+
+
+def test_the_best_quality_within_every_budget_wins_not_the_smallest():
+    budget = Budget(max_mb=20, max_latency_ms=10)
+    big_slow = candidate("a", 25, 12, 0.97)
+    good = candidate("b", 19, 9, 0.95, heads_removed=4)
+    small = candidate("c", 12, 6, 0.90, heads_removed=12, recipe="int4")
+    fitted, binding, suggestions = _choose(checked(budget, big_slow, good, small), budget, REFERENCE)
+    assert fitted is good and fitted.label == "fitted" and binding == [] and suggestions == []
+
+
+def test_a_quality_floor_rules_out_candidates_that_meet_the_resources():
+    budget = Budget(max_mb=20, min_quality="-2%")
+    fitted, binding, _ = _choose(checked(budget, candidate("a", 19, 9, 0.90), candidate("b", 15, 8, 0.80)),
+                                 budget, REFERENCE)
+    assert binding == ["min accuracy (validation)"] and fitted.label == "closest"
+
+
+def test_nothing_fits_names_the_binding_budget_and_what_would_fit():
+    budget = Budget(max_mb=10, max_latency_ms=5)
+    fitted, binding, suggestions = _choose(checked(budget, candidate("a", 12, 8, 0.9), candidate("b", 11, 7, 0.8)),
+                                           budget, REFERENCE)
+    assert fitted.path == "b" and fitted.label == "closest"  # same number of failed budgets: the smaller file
+    assert binding == ["latency p50", "size"]
+    assert suggestions == ["raise --max-latency-ms to 7.0 (the fastest candidate measured)",
+                           "needs a smaller recipe (e.g. 4-bit weights: --recipe int4) or raise --max-mb to 11.0"]
+
+
+def test_pareto_front_keeps_only_candidates_nothing_beats_on_every_axis():
+    budget = Budget()
+    best_quality = candidate("q", 20, 10, 0.97)
+    smallest = candidate("s", 5, 9, 0.80)
+    fastest = candidate("f", 15, 3, 0.85)
+    dominated = candidate("d", 21, 11, 0.96)  # worse than "q" on all three
+    assert pareto_front([best_quality, smallest, fastest, dominated], budget) == ["q", "s", "f"]
+    unmeasured = candidate("u", 1, 1, 0.99)
+    unmeasured.benchmark = None
+    assert "u" not in pareto_front([best_quality, unmeasured], budget)

@@ -1,0 +1,70 @@
+"""The fit loop on a small random BERT through the real ExecuTorch runtime: a killed fit resumes without redoing
+finished work and never leaves an artifact that looks complete; a latency budget binds with a measured fix."""
+
+import json
+
+import pytest
+
+from edgeprune.cli import main
+from edgeprune.progress import Progress
+from edgeprune.search import Budget
+from edgeprune.search.fit import FitOptions, fit, work_dir_for
+from edgeprune.tasks import bundled_task
+from tests.test_fit_integration import FAST, _int8_file_bytes
+
+pytestmark = pytest.mark.integration
+
+
+class Recorder(Progress):
+    """Keeps every note; raises KeyboardInterrupt (as Ctrl-C would) at the first note containing `stop_at`."""
+
+    def __init__(self, stop_at: str | None = None) -> None:
+        super().__init__(enabled=False)
+        self.notes: list[str] = []
+        self.stop_at = stop_at
+
+    def note(self, message: str) -> None:
+        self.notes.append(message)
+        if self.stop_at is not None and self.stop_at in message:
+            raise KeyboardInterrupt
+
+
+def test_an_interrupted_fit_resumes_from_its_last_finished_candidate(small_bert_dir, tmp_path):
+    budget = Budget(max_mb=_int8_file_bytes(small_bert_dir, 2, tmp_path) / 1e6)
+    options = FitOptions(recipes=("int8",), scoring_examples=32)
+    out = tmp_path / "fit"
+
+    def task():
+        return bundled_task("minilm-bbc", model_path=small_bert_dir, max_length=32, progress=Progress(enabled=False))
+
+    interrupted = Recorder(stop_at="best so far")  # right after the first candidate that meets the budget
+    with pytest.raises(KeyboardInterrupt):
+        fit(task(), device="host", budget=budget, out=out, options=options, progress=interrupted)
+    assert not out.exists()  # nothing that looks complete
+    journal = json.loads((work_dir_for(out) / "journal.json").read_text())
+    finished = sorted(set(journal["candidates"]) - {"dense"})
+    assert "dense" in journal["candidates"] and finished and journal["scores"] is not None
+
+    resumed = Recorder()
+    result = fit(task(), device="host", budget=budget, out=out, options=options, progress=resumed, resume=True)
+    assert result.fits and result.fitted.heads_removed == 4 and (out / "model.pte").is_file()
+    assert "head scores: finished before (resumed)" in resumed.notes
+    for key in finished:
+        recipe, count = key.split(":")
+        assert f"candidate {recipe}, {count} heads removed: finished before (resumed)" in resumed.notes
+    assert not any(n.startswith("dense baseline:") for n in resumed.notes)  # the baseline was not rebuilt
+    assert not work_dir_for(out).exists() and not (out / "journal.json").exists()
+    with pytest.raises(Exception, match="nothing to resume"):
+        fit(task(), device="host", budget=budget, out=out, options=options, progress=Recorder(), resume=True)
+
+
+def test_a_latency_budget_nothing_meets_exits_3_with_the_measured_fix(small_bert_dir, tmp_path, capsys):
+    out = tmp_path / "slow"
+    code = main(["fit", "--model", str(small_bert_dir), "--max-mb", "50", "--max-latency-ms", "0.001",
+                 "--recipe", "int8", "--out", str(out), "--json", *FAST])
+    result = json.loads(capsys.readouterr().out)
+    assert code == 3 and result["status"] == "budget_not_met" and result["binding_budgets"] == ["latency p50"]
+    measured = [c["benchmark"]["p50_ms"] for c in result["candidates"]]
+    assert len(measured) >= 2  # the latency model skipped the counts between the two ends
+    assert result["suggestions"] == [f"raise --max-latency-ms to {min(measured):.1f} (the fastest candidate measured)"]
+    assert (out / "report.html").is_file() and "latency p50" in (out / "report.md").read_text()

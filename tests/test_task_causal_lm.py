@@ -1,0 +1,49 @@
+"""The causal-LM task: documents split before blocking, perplexity equal to exp(mean next-token loss)."""
+
+import math
+
+import pytest
+import torch
+import torch.nn.functional as F
+
+from edgeprune.errors import UserInputError
+from edgeprune.tasks import make_task
+from tests._byo import tiny_llama_dir, topic_rows, write_jsonl
+
+
+@pytest.fixture(scope="module")
+def llama_dir(tmp_path_factory):
+    return tiny_llama_dir(tmp_path_factory.mktemp("llama"))
+
+
+def long_rows():
+    return [{"text": " ".join(row["text"] for row in topic_rows()[i:i + 6]), "label": ""} for i in range(0, 24, 2)]
+
+
+def test_perplexity_is_exp_of_the_mean_next_token_loss(llama_dir, tmp_path):
+    task = make_task("causal-lm", llama_dir, write_jsonl(tmp_path / "t.jsonl", long_rows()), max_length=16)
+    assert task.input_names == ("input_ids",) and not task.labelled and task.vocabulary() is None
+    teacher = task.teacher()
+    ids = task.encode("test")["input_ids"]
+    assert ids.shape[1] == 16 and ids.shape[0] >= 1
+    with torch.no_grad():
+        logits = teacher.model(ids)[0]
+    expected = math.exp(float(F.cross_entropy(logits[:, :-1].reshape(-1, logits.shape[-1]), ids[:, 1:].reshape(-1))))
+    assert teacher.test.metric == "perplexity" and not teacher.test.higher_is_better
+    assert teacher.test.value == pytest.approx(expected, rel=1e-5)
+    assert teacher.test.details["tokens"] == ids.shape[0] * 15
+    loss = task.loss(teacher.model, {"input_ids": ids})
+    assert math.exp(loss.item()) == pytest.approx(expected, rel=1e-5)
+
+
+def test_no_document_reaches_two_splits(llama_dir, tmp_path):
+    task = make_task("causal-lm", llama_dir, write_jsonl(tmp_path / "t.jsonl", long_rows()), max_length=16)
+    texts = {split: {item.text for item in task.split_items(split)} for split in ("calibration", "validation", "test")}
+    assert not texts["calibration"] & texts["test"] and not texts["validation"] & texts["test"]
+
+
+def test_a_split_shorter_than_one_block_is_a_clear_error(llama_dir, tmp_path):
+    rows = [{"text": "tiny", "label": ""} for _ in range(6)]
+    task = make_task("causal-lm", llama_dir, write_jsonl(tmp_path / "t.jsonl", rows), max_length=64)
+    with pytest.raises(UserInputError, match="less than one block of --max-length 64"):
+        task.encode("test")
