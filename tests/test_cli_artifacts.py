@@ -22,7 +22,7 @@ def test_export_litert_int8_then_bench_it(tiny_bert_dir, tmp_path, capsys):
     logits, embedding = load_artifact(out)(torch.full((1, 32), 2000), torch.ones(1, 32, dtype=torch.long))
     assert logits.shape == (1, 5) and embedding.shape == (1, 32)
 
-    assert main(["bench", str(out), "--runs", "20", "--threads", "1", *TINY]) == 0
+    assert main(["bench", str(out), "--runs", "20", "--threads", "1", "--json", *TINY]) == 0
     result = json.loads(capsys.readouterr().out)
     assert result["runtime"] == "litert" and result["timed_runs"] == 20 and result["threads"] == 1
     assert 0 < result["p50_ms"] <= result["p90_ms"] and result["file_bytes"] == out.stat().st_size

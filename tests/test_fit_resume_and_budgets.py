@@ -47,7 +47,8 @@ def test_an_interrupted_fit_resumes_from_its_last_finished_candidate(small_bert_
 
     resumed = Recorder()
     result = fit(task(), device="host", budget=budget, out=out, options=options, progress=resumed, resume=True)
-    assert result.fits and result.fitted.heads_removed == 4 and (out / "model.pte").is_file()
+    assert result.fits and (out / "model.pte").is_file()
+    assert f"int8:{result.fitted.heads_removed}" in finished  # nothing better turned up after the resume
     assert "head scores: finished before (resumed)" in resumed.notes
     for key in finished:
         recipe, count = key.split(":")

@@ -273,7 +273,7 @@ class _Builder:
         artifact.benchmark = benchmark_on(self.device_link, self.work / artifact.path,
                                           self.remap(self.example, baseline), self.runtime, self.profile.threads,
                                           self.options.bench_warmup, self.options.bench_runs,
-                                          device=self.profile.name)
+                                          device=self.profile.name, profile=self.profile)
         run = load_artifact(self.work / artifact.path)
         artifact.validation_quality = self.task.runtime_quality(
             run, "validation", None if baseline else lambda inputs: self.remap(inputs, False))
@@ -481,10 +481,9 @@ def _search(builder: _Builder, blocks: list, budget: Budget, recipes: tuple[str,
         known_over, known_fit = -1, None
         while True:
             open_counts = [c for c in counts if known_over < c and (known_fit is None or c < known_fit)]
-            hopeful = [c for c in open_counts if budget.size_fits(builder.predict_bytes(c, recipe))]
-            if not hopeful and known_fit is None and open_counts and open_counts[-1] == counts[-1] \
-                    and budget.size_fits(int(builder.predict_bytes(counts[-1], recipe) / SIZE_MODEL_SLACK)):
-                hopeful = [counts[-1]]  # near the line: a real file settles what the model cannot
+            # within the size model's error of the line, a real file settles what the model cannot
+            hopeful = [c for c in open_counts
+                       if budget.size_fits(int(builder.predict_bytes(c, recipe) / SIZE_MODEL_SLACK))]
             hopeful = _fast_enough(builder, recipe, hopeful, budget, known_fit)
             if not hopeful:
                 break
