@@ -65,8 +65,9 @@ def test_minilm_with_a_classification_head_trained_here_uses_that_head(bbc_slice
     tokenizer.save_pretrained(folder)
 
     out = tmp_path / "classifier.pte"
+    # fp32: int8 logits of a head trained for a few steps miss int8's 0.999 cosine tolerance (0.992 measured)
     code = main(["export", "--model", str(folder), "--data", str(write_csv(tmp_path / "news.csv", bbc_slice)),
-                 "--recipe", "int8", "--max-length", "64", "--out", str(out), "--quiet"])
+                 "--recipe", "fp32", "--max-length", "64", "--out", str(out), "--quiet"])
     summary = json.loads(capsys.readouterr().out)
     assert code == 0 and summary["task"] == "classification"
     assert summary["validation_accuracy"] >= 0.8  # the trained head, through the runtime
