@@ -43,7 +43,11 @@ def add_parsers(verbs: argparse._SubParsersAction) -> None:
                      "default: the runtime's ladder, highest fidelity first)")
     fit.add_argument("--trim-vocab", action="store_true",
                      help="keep only the embedding rows of tokens the task's data uses; ships vocabulary.json")
-    fit.add_argument("--criterion", default="taylor-output-proj", help="head importance criterion")
+    fit.add_argument("--criterion", default="fluctuation", help="head importance criterion (default: fluctuation)")
+    fit.add_argument("--normalize", choices=["none", "l2", "zscore"], default="none",
+                     help="per-layer normalization of the scores (default: none)")
+    fit.add_argument("--no-compensation", action="store_true",
+                     help="remove heads outright instead of folding their mean outputs into the output bias")
     fit.add_argument("--scoring-examples", type=int, default=256, help="calibration examples for scoring")
     fit.add_argument("--recover-steps", type=int, default=0,
                      help="distil each pruned candidate from the dense teacher for N steps (default: 0, off)")
@@ -74,7 +78,8 @@ def run_fit(args: argparse.Namespace) -> int:
                                max_latency_ms=args.max_latency_ms, max_energy_mj=args.max_energy_mj,
                                min_quality=args.min_quality, latency_percentile=args.latency_percentile)
     task = task_from(args)
-    options = FitOptions(criterion=args.criterion, scoring_examples=args.scoring_examples, runtime=runtime,
+    options = FitOptions(criterion=args.criterion, normalize=args.normalize, compensate=not args.no_compensation,
+                         scoring_examples=args.scoring_examples, runtime=runtime,
                          recipes=tuple(args.recipe) if args.recipe else None, trim_vocabulary=args.trim_vocab,
                          recover_steps=args.recover_steps)
     out = args.resume if args.resume is not None else args.out

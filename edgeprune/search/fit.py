@@ -39,6 +39,7 @@ from edgeprune.importance import HeadScores, score_heads
 from edgeprune.models import adapter_for
 from edgeprune.progress import Progress
 from edgeprune.pruning import PruningPlan, apply_plan, measure_flops, plan_global_topk
+from edgeprune.pruning.compensation import HeadOutputMeans
 from edgeprune.quantize import FIT_LADDERS, FP32_RECIPE, RECIPES, Recipe, SizeModel, recipe_for_runtime
 from edgeprune.quantize.vocabulary import VocabularyMap, trim_vocabulary
 from edgeprune.report import render_html, render_markdown
@@ -61,7 +62,9 @@ ACCURACY_METRICS = ("accuracy", "top1")
 
 @dataclass
 class FitOptions:
-    criterion: str = "taylor-output-proj"  # best gradient criterion one-shot at 50–75 % (benchmarks/criteria.py)
+    criterion: str = "fluctuation"  # best one-shot embedding cosine and accuracy at 25–75 % (benchmarks/criteria.py)
+    normalize: str = "none"  # per-layer score normalization: "none" (raw fluctuation ranks best), "l2", "zscore"
+    compensate: bool = True  # fold removed heads' mean outputs into the output-projection bias (FLAP)
     scoring_examples: int = 256  # calibration examples used to score heads
     scoring_batch_size: int = 16
     min_heads_per_layer: int = 1
@@ -83,6 +86,8 @@ class FitOptions:
             RECIPES.get(recipe)
         if self.scoring_examples < 1 or self.verify_examples < 1 or self.bench_runs < 20:
             raise UserInputError("need scoring_examples >= 1, verify_examples >= 1 and bench_runs >= 20")
+        if self.normalize not in ("none", "l2", "zscore"):
+            raise UserInputError(f"normalize must be none, l2 or zscore, got {self.normalize!r}")
         if self.recover_steps < 0 or self.recovery_batch_size < 1:
             raise UserInputError("recover_steps must be >= 0 (0: no recovery) and recovery_batch_size >= 1")
         if self.recover_steps and self.trim_vocabulary:
@@ -165,12 +170,27 @@ class _Builder:
         self.suffix = RUNTIMES.get(runtime).suffix
         self._flops: dict[int, int] = {}
         self._recovered: dict[int, nn.Module] = {}  # heads removed → recovered model, reused by later candidates
+        self.means = self._head_means() if options.compensate else None
+
+    def _input_batches(self) -> list[dict[str, torch.Tensor]]:
+        """Calibration batches holding only the model's inputs (what head means are measured on)."""
+        return [{name: batch[name] for name in self.task.input_names}
+                for batch in self.task.batches("calibration", self.options.scoring_batch_size,
+                                               limit=self.options.scoring_examples)]
+
+    def _head_means(self) -> HeadOutputMeans:
+        """Each head's mean output on calibration data, measured once on the dense teacher."""
+        from edgeprune.pruning.compensation import measure_head_means
+
+        return measure_head_means(self.teacher, self._input_batches())
 
     def plan(self, heads_removed: int) -> PruningPlan:
         return plan_global_topk(self.scores, heads_removed, self.options.min_heads_per_layer)
 
     def pruned(self, plan: PruningPlan, baseline: bool = False) -> nn.Module:
-        return apply_plan(copy.deepcopy(self.teacher if baseline else self.source), plan)
+        if baseline:
+            return apply_plan(copy.deepcopy(self.teacher), plan)
+        return apply_plan(copy.deepcopy(self.source), plan, compensation=self.means)
 
     def recovered(self, plan: PruningPlan) -> nn.Module:
         """The pruned model distilled from the dense teacher; starts from the closest recovered candidate with
@@ -185,8 +205,10 @@ class _Builder:
             parent = max(parents)
             student = copy.deepcopy(self._recovered[parent])
             parent_kept = self.plan(parent).kept_heads
-            prune_heads(student, {layer: sorted(set(before) - kept[layer])
-                                  for layer, before in enumerate(parent_kept) if set(before) - kept[layer]})
+            removal = {layer: sorted(set(before) - kept[layer])
+                       for layer, before in enumerate(parent_kept) if set(before) - kept[layer]}
+            # the recovered parent's own head means: its heads no longer output what the teacher's did
+            prune_heads(student, removal, compensate=self._input_batches() if self.means is not None else None)
             self.progress.note(f"  recovering from the recovered {parent}-heads-removed candidate")
         else:
             student = self.pruned(plan)
@@ -350,7 +372,7 @@ def fit_task(
 
         mark = time.perf_counter()
         raw_scores = _scores(task, teacher.model, options, progress, journal)
-        scores = raw_scores.normalize_per_layer()
+        scores = raw_scores.normalize_per_layer(options.normalize)
         timings["scoring"] = time.perf_counter() - mark
 
         vocabulary = _vocabulary(task, options, progress)
@@ -680,7 +702,8 @@ def _reproduce(task: Task, profile: DeviceProfile, budget: Budget, options: FitO
         "command": shlex.join(["edgeprune", *sys.argv[1:]]) if Path(sys.argv[0]).name == "edgeprune" else None,
         "task": task.describe(), "model_path": str(task.model_path), "seed": task.seed,
         "device": profile.name, "budget": to_jsonable(budget), "options": to_jsonable(options),
-        "criterion": options.criterion, "strategy": fitted.plan["strategy"], "scores_normalized_per_layer": True,
+        "criterion": options.criterion, "strategy": fitted.plan["strategy"], "normalize": options.normalize,
+        "compensation": "mean head outputs folded into the output-projection bias" if options.compensate else None,
         "heads_removed": fitted.plan["heads_removed"], "kept_heads": fitted.plan["kept_heads"],
         "quantization": fitted.recipe, "runtime": runtime,
         "versions": {"edgeprune": __version__, "torch": torch.__version__, "executorch": _version("executorch"),
