@@ -50,7 +50,8 @@ def test_non_empty_output_folder_is_refused_and_left_alone(capsys, tmp_path, tin
     out = tmp_path / "o"
     out.mkdir()
     (out / "keep.txt").write_text("mine")
-    code, _, err = _run(capsys, "fit", "--model", str(tiny_bert_dir), "--max-mb", "30", "--out", str(out))
+    code, _, err = _run(capsys, "fit", "--model", str(tiny_bert_dir), "--max-mb", "30", "--max-length", "32",
+                          "--out", str(out))
     assert code == 2 and "not empty" in err
     assert [p.name for p in out.iterdir()] == ["keep.txt"]
 
