@@ -38,7 +38,7 @@ def test_fit_removes_heads_until_the_artifact_fits(small_bert_dir, tmp_path, cap
     budget_mb = _int8_file_bytes(small_bert_dir, 2, tmp_path) / 1e6
     out = tmp_path / "fit"
     code = main(["fit", "--model", str(small_bert_dir), "--device", "host", "--max-mb", f"{budget_mb:.7f}",
-                 "--out", str(out), "--json", *FAST])
+                 "--recipe", "int8", "--recipe", "int4", "--out", str(out), "--json", *FAST])
     printed = json.loads(capsys.readouterr().out)
     assert code == 0, printed["message"]
     names = {p.name for p in out.iterdir()}

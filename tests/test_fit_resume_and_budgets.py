@@ -48,7 +48,8 @@ def test_an_interrupted_fit_resumes_from_its_last_finished_candidate(small_bert_
     resumed = Recorder()
     result = fit(task(), device="host", budget=budget, out=out, options=options, progress=resumed, resume=True)
     assert result.fits and (out / "model.pte").is_file()
-    assert f"int8:{result.fitted.heads_removed}" in finished  # nothing better turned up after the resume
+    # the search went on where it stopped: never worse than what was finished before the interruption
+    assert result.fitted.heads_removed <= min(int(key.split(":")[1]) for key in finished)
     assert "head scores: finished before (resumed)" in resumed.notes
     for key in finished:
         recipe, count = key.split(":")
