@@ -1,13 +1,14 @@
 """The fit search against an exhaustive grid over the same space, on `minilm-bbc` and `host`.
 
     .venv/bin/python benchmarks/fit_search.py [--max-mb 12 --max-mb 20 --max-mb 30] [--latency-fraction 0.6]
-                                              [--recipes int8,int8-emb4,int4] [--out benchmarks/results]
+        [--recipes int8,int4] [--ffn-fractions 0,0.5] [--layer-removals 0,1] [--head-step 33]
+        [--out benchmarks/results]
 
 For each budget (file sizes, and a latency budget at a fraction of the dense int8 p50 measured first),
 a full `fit` runs from a cold cache: time to result, candidates built, validation and test quality of
-the result. The grid builds every recipe × heads-removed candidate of the same space once, from a cold
-cache (export, verify, benchmark on host, validation quality), then picks per budget the best validation
-quality that meets it. Both use the same counts (multiples of the layer count, as the search does) and
+the result. The grid builds every candidate of the same space — recipe × vocabulary (full, trimmed) ×
+FFN fraction × layers removed × heads removed — once, from a cold cache (export, verify, validation
+quality, benchmark on host), then picks per budget the best validation quality that meets it. Both use
 the same benchmark settings; the machine's thread count is printed. Run nothing else meanwhile.
 """
 
@@ -43,48 +44,53 @@ def dense_int8_p50(runs: int) -> float:
         return benchmark_local(artifact.path, example, threads=load_profile("host").threads, runs=runs).p50_ms
 
 
-def run_fit(budget: Budget, recipes: tuple[str, ...], runs: int) -> dict:
+def describe(artifact) -> str:  # noqa: ANN001 - a BuiltArtifact
+    return f"{artifact.recipe}, {artifact.describe()}"
+
+
+def run_fit(budget: Budget, options: FitOptions) -> dict:
     from edgeprune.search.fit import fit
 
     with tempfile.TemporaryDirectory() as scratch:
         started = time.perf_counter()
         result = fit(cold_task(Path(scratch) / "cache"), device="host", budget=budget, out=Path(scratch) / "fit",
-                     options=FitOptions(recipes=recipes, bench_runs=runs))
+                     options=options)
         wall = time.perf_counter() - started
     fitted = result.fitted
     return {"wall_s": round(wall, 1), "candidates_built": len(result.candidates), "status": result.status,
-            "recipe": fitted.recipe, "heads_removed": fitted.heads_removed, "file_mb": fitted.file_bytes / 1e6,
+            "candidate": describe(fitted), "file_mb": fitted.file_bytes / 1e6,
             "p50_ms": fitted.benchmark.p50_ms, "validation": fitted.validation_quality.value,
-            "test": fitted.quality.value}
+            "test": fitted.quality.value, "timings_s": result.timings_s,
+            "built": [f"{t.recipe}, {t.describe()}" for t in result.trials if t.file_bytes is not None]}
 
 
-def run_grid(recipes: tuple[str, ...], runs: int, budgets: list[tuple[str, Budget]]) -> tuple[float, int, dict]:
+def run_grid(options: FitOptions, budgets: list[tuple[str, Budget]]) -> tuple[float, int, dict]:
     """Every candidate of the space, then the best per budget; returns wall time, count and the winners."""
     from edgeprune.devices.transports.base import open_transport
     from edgeprune.export import load_artifact
-    from edgeprune.models import adapter_for
     from edgeprune.quantize import RECIPES
-    from edgeprune.search.fit import _Builder, _Journal, _scores
+    from edgeprune.search.fit import _Builder, _Journal, _scores, _vocabulary
+    from edgeprune.search.space import lines
     from edgeprune.tasks import Quality
 
     profile = load_profile("host")
-    options = FitOptions(recipes=recipes, bench_runs=runs)
     with tempfile.TemporaryDirectory() as scratch:
         work = Path(scratch)
         started = time.perf_counter()
         task = cold_task(work / "cache")
         teacher = task.teacher()
         journal = _Journal(work / "journal.json", "grid", resume=False)
-        scores = _scores(task, teacher.model, options, Progress(enabled=False), journal).normalize_per_layer()
-        blocks = adapter_for(teacher.model).attention_blocks(teacher.model)
-        removable = sum(b.num_heads - options.min_heads_per_layer for b in blocks)
-        counts = sorted(set(range(0, removable + 1, len(blocks))) | {removable})
+        scores = _scores(task, teacher.model, options, Progress(enabled=False), journal).normalize_per_layer(
+            options.normalize)
+        vocabulary = _vocabulary(task, options, Progress(enabled=False))
+        reference: Quality = teacher.validation
         with open_transport(profile.endpoint, profile.python) as link:
             builder = _Builder(teacher.model, scores, task, options, work, Progress(), "executorch", profile, link,
-                               journal)
-            built = [builder.candidate(RECIPES.get(recipe), count) for recipe in recipes for count in counts]
+                               journal, vocabulary)
+            space = lines(options.recipes, options.ffn_fractions, builder.layer_counts, (False, True))
+            built = [builder.candidate(RECIPES.get(line.recipe), line.shape(count), Budget(), reference)
+                     for line in space for count in builder.head_counts(line.layers_removed)]
         wall = time.perf_counter() - started
-        reference: Quality = teacher.validation
         winners = {}
         for name, budget in budgets:
             meeting = [c for c in built if all(check.passed for check in budget.check(
@@ -93,10 +99,12 @@ def run_grid(recipes: tuple[str, ...], runs: int, budgets: list[tuple[str, Budge
                 winners[name] = None
                 continue
             best = max(meeting, key=lambda c: (c.validation_quality.value, -c.file_bytes))
-            test = task.runtime_quality(load_artifact(work / best.path), "test").value
-            winners[name] = {"recipe": best.recipe, "heads_removed": best.heads_removed,
-                             "file_mb": best.file_bytes / 1e6, "p50_ms": best.benchmark.p50_ms,
-                             "validation": best.validation_quality.value, "test": test}
+            trimmed = best.vocabulary_size is not None
+            test = task.runtime_quality(load_artifact(work / best.path), "test",
+                                        (lambda inputs: builder.remap(inputs, True)) if trimmed else None).value
+            winners[name] = {"candidate": describe(best), "file_mb": best.file_bytes / 1e6,
+                             "p50_ms": best.benchmark.p50_ms, "validation": best.validation_quality.value,
+                             "test": test}
     return wall, len(built), winners
 
 
@@ -104,12 +112,18 @@ def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--max-mb", type=float, action="append", help="size budgets (default: 12, 20, 30)")
     parser.add_argument("--latency-fraction", type=float, default=0.6, help="latency budget / dense int8 p50")
-    parser.add_argument("--recipes", default="int8,int8-emb4,int4", help="the recipe ladder of both searches")
+    parser.add_argument("--recipes", default="int8,int4", help="the recipe ladder of both searches")
+    parser.add_argument("--ffn-fractions", default="0,0.5", help="FFN fractions of the space")
+    parser.add_argument("--layer-removals", default="0,1", help="layer counts of the space")
+    parser.add_argument("--head-step", type=int, default=33, help="heads removed go in multiples of this")
     parser.add_argument("--runs", type=int, default=30, help="timed runs per benchmark")
     parser.add_argument("--skip-grid", action="store_true")
     parser.add_argument("--out", type=Path, default=Path("benchmarks/results"))
     args = parser.parse_args()
     recipes = tuple(args.recipes.split(","))
+    options = FitOptions(recipes=recipes, bench_runs=args.runs, head_step=args.head_step, trim_vocabulary=None,
+                         ffn_fractions=tuple(float(f) for f in args.ffn_fractions.split(",")),
+                         layer_removals=tuple(int(n) for n in args.layer_removals.split(",")))
     print(f"torch threads {torch.get_num_threads()}, benchmark threads {load_profile('host').threads}, "
           f"{os.cpu_count()} CPUs, {platform.processor() or platform.machine()}", file=sys.stderr)
 
@@ -121,24 +135,27 @@ def main() -> int:
     fits = {}
     for name, budget in budgets:
         print(f"fit for {name} ...", file=sys.stderr)
-        fits[name] = run_fit(budget, recipes, args.runs)
-    grid_wall, grid_count, grid = (0.0, 0, {}) if args.skip_grid else run_grid(recipes, args.runs, budgets)
+        fits[name] = run_fit(budget, options)
+        print(json.dumps(fits[name]), file=sys.stderr)
+    grid_wall, grid_count, grid = (0.0, 0, {}) if args.skip_grid else run_grid(options, budgets)
 
-    header = ("budget", "fit s", "fit built", "fit result", "fit val / test", "grid val / test", "grid s", "grid built")
+    header = ("budget", "fit s", "fit built", "fit result", "fit val / test", "grid result", "grid val / test",
+              "grid s", "grid built", "fit/grid time")
     rows = [header]
     for name, _ in budgets:
         mine, theirs = fits[name], grid.get(name)
         rows.append((name, f"{mine['wall_s']:.0f}", str(mine["candidates_built"]),
-                     f"{mine['recipe']} -{mine['heads_removed']} {mine['file_mb']:.2f} MB {mine['p50_ms']:.1f} ms"
+                     f"{mine['candidate']}; {mine['file_mb']:.2f} MB {mine['p50_ms']:.1f} ms"
                      + ("" if mine["status"] == "fit" else " (not met)"),
                      f"{100 * mine['validation']:.2f} / {100 * mine['test']:.2f}",
+                     "-" if not theirs else theirs["candidate"],
                      "-" if not theirs else f"{100 * theirs['validation']:.2f} / {100 * theirs['test']:.2f}",
-                     f"{grid_wall:.0f}", str(grid_count)))
+                     f"{grid_wall:.0f}", str(grid_count), f"{mine['wall_s'] / grid_wall:.2f}" if grid_wall else "-"))
     widths = [max(len(r[i]) for r in rows) for i in range(len(header))]
     for row in rows:
         print("  ".join(cell.ljust(width) for cell, width in zip(row, widths, strict=True)))
     args.out.mkdir(parents=True, exist_ok=True)
-    record = {"dense_int8_p50_ms": dense_p50, "recipes": recipes, "fits": fits, "grid": grid,
+    record = {"dense_int8_p50_ms": dense_p50, "space": to_jsonable(options), "fits": fits, "grid": grid,
               "grid_wall_s": round(grid_wall, 1), "grid_candidates": grid_count,
               "threads": load_profile("host").threads, "cpus": os.cpu_count()}
     (args.out / "fit_search.json").write_text(json.dumps(to_jsonable(record), indent=2) + "\n")

@@ -46,6 +46,14 @@ class Progress:
     def note(self, message: str) -> None:
         self.write(message)
 
+    def warn(self, message: str) -> None:
+        """Always shown, even with progress off (--quiet): something the user must know about the result."""
+        if self.enabled:
+            self.note(f"WARNING: {message}")
+        else:
+            self.stream.write(f"edgeprune: warning: {message}\n")
+            self.stream.flush()
+
     @contextmanager
     def task(self, label: str, total: int) -> Iterator[Bar]:
         self.write(f"{label} ({total})")

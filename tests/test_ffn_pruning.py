@@ -123,3 +123,26 @@ def test_equal_width_removal_saves_and_loads_with_edgeprune(tmp_path):
     with torch.no_grad():
         torch.testing.assert_close(loaded(input_ids=ids, attention_mask=mask).last_hidden_state,
                                    model(input_ids=ids, attention_mask=mask).last_hidden_state)
+
+
+def test_a_constant_neuron_has_no_fluctuation_and_folding_its_mean_removes_it_exactly():
+    from edgeprune.pruning.ffn import neuron_statistics
+
+    model = tiny_bert()
+    ids, mask = _inputs()
+    layer = model.encoder.layer[1]
+    with torch.no_grad():  # neuron 7 of layer 1 outputs gelu(0.8) whatever the token
+        layer.intermediate.dense.weight[7] = 0
+        layer.intermediate.dense.bias[7] = 0.8
+    statistics = neuron_statistics(model, [{"input_ids": ids, "attention_mask": mask}])
+    assert statistics.fluctuation[1][7] == pytest.approx(0, abs=1e-9)
+    assert statistics.fluctuation[1].min() == statistics.fluctuation[1][7] < np.median(statistics.fluctuation[1])
+    assert float(statistics.means[1][7]) == pytest.approx(float(torch.nn.functional.gelu(torch.tensor(0.8))))
+    np.testing.assert_allclose(score_neurons(model, [{"input_ids": ids, "attention_mask": mask}], "fluctuation")[1],
+                               statistics.fluctuation[1])
+    with torch.no_grad():
+        before = model(input_ids=ids, attention_mask=mask).last_hidden_state
+        folded = remove_neurons(copy.deepcopy(model), {1: [7]}, means=statistics.means)
+        torch.testing.assert_close(folded(input_ids=ids, attention_mask=mask).last_hidden_state, before)
+        dropped = remove_neurons(copy.deepcopy(model), {1: [7]})
+        assert not torch.allclose(dropped(input_ids=ids, attention_mask=mask).last_hidden_state, before, atol=1e-4)

@@ -11,6 +11,7 @@ from edgeprune.export import load_artifact
 pytestmark = pytest.mark.integration
 
 FAST = ["--max-length", "32", "--scoring-examples", "32", "--quiet"]
+HEADS_ONLY = ["--ffn-fractions", "0", "--layer-removals", "0", "--no-trim-vocab"]
 
 
 def _int8_file_bytes(model_dir, heads_removed_per_layer, tmp_path):
@@ -33,12 +34,11 @@ def result_labels(out):
 
 
 def test_fit_removes_heads_until_the_artifact_fits(small_bert_dir, tmp_path, capsys):
-    # exactly the size with 4 of 8 heads gone (head sizes are equal): int8 alone is not enough,
-    # and the best-quality fit removes 4 heads, not more
+    # exactly the size with 4 of 8 heads gone (head sizes are equal): int8 alone is not enough
     budget_mb = _int8_file_bytes(small_bert_dir, 2, tmp_path) / 1e6
     out = tmp_path / "fit"
     code = main(["fit", "--model", str(small_bert_dir), "--device", "host", "--max-mb", f"{budget_mb:.7f}",
-                 "--recipe", "int8", "--recipe", "int4", "--out", str(out), "--json", *FAST])
+                 "--recipe", "int8", "--recipe", "int4", "--out", str(out), "--json", *HEADS_ONLY, *FAST])
     printed = json.loads(capsys.readouterr().out)
     assert code == 0, printed["message"]
     names = {p.name for p in out.iterdir()}
@@ -55,11 +55,11 @@ def test_fit_removes_heads_until_the_artifact_fits(small_bert_dir, tmp_path, cap
     fitted = result["fitted"]
     assert fitted["file_bytes"] == (out / "model.pte").stat().st_size <= budget_mb * 1e6
     assert all(len(kept) >= 1 for kept in fitted["plan"]["kept_heads"])
-    # int8 needs exactly 4 heads gone: one step less pruning was exported and over budget, or could not fit
+    # int8 fits only with at least 4 heads gone (the size physics); anything built with fewer was over budget
     int8 = {c["plan"]["heads_removed"]: c for c in result["candidates"] if c["recipe"] == "int8"}
-    assert min(n for n, c in int8.items() if all(check["passed"] for check in c["checks"])) == 4
-    fewer = [t for t in result["trials"] if t["recipe"] == "int8" and t["heads_removed"] < 4]
-    assert fewer and all(t["fits"] in (False, None) for t in fewer)
+    assert all(n >= 4 for n, c in int8.items() if all(check["passed"] for check in c["checks"]))
+    fewer = [t for t in result["trials"] if t["recipe"] == "int8" and t["heads_removed"] < 4 and t["file_bytes"]]
+    assert all(t["file_bytes"] > budget_mb * 1e6 and t["fits"] is False for t in fewer)
     # the winner has the best validation accuracy among the candidates that meet the budget
     meeting = [c for c in result["candidates"] if all(check["passed"] for check in c["checks"])]
     assert fitted["validation_quality"]["value"] == max(c["validation_quality"]["value"] for c in meeting)
@@ -87,7 +87,10 @@ def test_fit_that_cannot_fit_exits_3_with_the_closest_result(small_bert_dir, tmp
     result = json.loads((out / "result.json").read_text())
     assert result["status"] == "budget_not_met" and result["fitted"]["label"] == "closest"
     assert result["binding_budgets"] == ["size"] and result["suggestions"]
-    assert result["fitted"]["plan"]["heads_removed"] == 6 and result["fitted"]["recipe"] == "int4"  # the smallest
+    closest = result["fitted"]  # the most compressed candidate of the space, measured in full
+    assert closest["recipe"] == "int4" and closest["ffn_fraction"] == 0.5 and len(closest["layers_removed"]) == 1
+    assert closest["plan"]["heads_removed"] == 3 and closest["vocabulary_size"] is not None
+    assert closest["benchmark"] is not None and closest["validation_quality"] is not None
 
 
 def test_fit_with_a_trimmed_vocabulary_ships_the_map_and_measures_through_it(small_bert_dir, tmp_path, capsys):
@@ -103,3 +106,73 @@ def test_fit_with_a_trimmed_vocabulary_ships_the_map_and_measures_through_it(sma
     # the artifact's embedding table has exactly the kept rows: an id past them is out of range
     run = load_artifact(out / "model.pte")
     assert run(torch.full((1, 32), kept - 1), torch.ones(1, 32, dtype=torch.long))[0].shape == (1, 5)
+
+
+def test_the_search_spans_ffn_width_layers_and_vocabulary(small_bert_dir, tmp_path, capsys):
+    # between the int8 sizes with 2 and with 3 of 4 heads gone per layer: reachable by heads, FFN width,
+    # a removed layer or a trimmed vocabulary; the search weighs them all and builds only a few
+    budget_mb = (_int8_file_bytes(small_bert_dir, 2, tmp_path) + _int8_file_bytes(small_bert_dir, 3, tmp_path)) / 2e6
+    out = tmp_path / "space"
+    code = main(["fit", "--model", str(small_bert_dir), "--max-mb", f"{budget_mb:.6f}", "--recipe", "int8",
+                 "--ffn-fractions", "0,0.5", "--out", str(out), "--json", *FAST])
+    result = json.loads(capsys.readouterr().out)
+    assert code == 0, result["message"]
+    trials = result["trials"]
+    assert {t["ffn_fraction"] for t in trials} == {0.0, 0.5} and {t["layers_removed"] for t in trials} == {0, 1}
+    assert {t["trim_vocabulary"] for t in trials} == {False, True}
+    built = [t for t in trials if t["file_bytes"] is not None]
+    assert len(built) == len(result["candidates"]) < 8  # of 2 FFN × 2 layer counts × 2 vocabularies × 3–7 counts
+    fitted = result["fitted"]
+    assert fitted["file_bytes"] <= budget_mb * 1e6 and fitted["benchmark"]["measured"]
+    meeting = [c for c in result["candidates"] if all(check["passed"] for check in c["checks"])]
+    assert fitted["validation_quality"]["value"] == max(c["validation_quality"]["value"] for c in meeting)
+    report = (out / "report.md").read_text()
+    assert "| structure |" in report and "PyTorch estimate" in report
+
+
+def test_an_unreachable_device_is_fitted_on_labelled_estimates(small_bert_dir, tmp_path, capsys):
+    import socket
+
+    with socket.socket() as probe:  # a loopback port nothing listens on
+        probe.bind(("127.0.0.1", 0))
+        port = probe.getsockname()[1]
+    profile = tmp_path / "board.toml"
+    profile.write_text(f"""name = "board"
+description = "a board on a loopback port nothing listens on"
+[hardware]
+arch = "aarch64"
+cores = 4
+ram_mb = 4096
+peak_gflops = 50.0
+[runtime]
+name = "executorch"
+threads = 4
+[budgets]
+max_mb = 100.0
+[power]
+idle_w = 2.0
+active_w = 6.0
+[connection]
+kind = "ssh"
+host = "127.0.0.1"
+port = {port}
+user = "nobody"
+""")
+    common = ["fit", "--model", str(small_bert_dir), "--device", str(profile), "--recipe", "int8",
+              *HEADS_ONLY, *FAST]
+    assert main([*common, "--require-device", "--out", str(tmp_path / "strict")]) == 5
+    assert "board" in capsys.readouterr().err and not (tmp_path / "strict").exists()
+
+    out = tmp_path / "estimated"
+    code = main([*common, "--max-latency-ms", "1000", "--out", str(out), "--json"])
+    captured = capsys.readouterr()
+    result = json.loads(captured.out)
+    assert code == 0 and "ESTIMATED, not measured" in captured.err
+    for artifact in (result["dense"], result["fitted"]):
+        bench = artifact["benchmark"]
+        assert bench["measured"] is False and bench["device"] == "board" and bench["threads"] == 4
+        assert any(note.startswith("estimated for board") for note in bench["notes"])
+        assert bench["energy_source"] == "estimated:power-model" and bench["energy_mj_per_inference"] > 0
+    latency = next(c for c in result["fitted"]["checks"] if c["name"] == "latency p50")
+    assert latency["source"] == "estimated"
+    assert "ESTIMATED, board not connected" in (out / "report.md").read_text()

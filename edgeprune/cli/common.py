@@ -38,6 +38,19 @@ def positive(unit: str, example: str) -> Callable[[str], float]:
 positive_mb = positive("megabytes", "30")
 
 
+def number_list(kind: type, example: str) -> Callable[[str], tuple]:
+    """An argument type for comma-separated numbers, e.g. 0,0.25,0.5."""
+    def parse(text: str) -> tuple:
+        try:
+            return tuple(kind(part) for part in text.split(",") if part.strip())
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"{text!r} is not a comma-separated list of numbers, e.g. "
+                                             f"{example}") from None
+
+    parse.__name__ = "list"
+    return parse
+
+
 def add_task_arguments(parser: argparse.ArgumentParser, model_help: str | None = None) -> None:
     parser.add_argument("--task", help="a task kind with --data (classification, embedding, causal-lm, "
                         "image-classification; default: classification) or a bundled task (default: minilm-bbc)")

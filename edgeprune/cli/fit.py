@@ -5,7 +5,15 @@ import dataclasses
 import json
 from pathlib import Path
 
-from edgeprune.cli.common import EXIT_BUDGET, EXIT_OK, add_task_arguments, positive, positive_mb, task_from
+from edgeprune.cli.common import (
+    EXIT_BUDGET,
+    EXIT_OK,
+    add_task_arguments,
+    number_list,
+    positive,
+    positive_mb,
+    task_from,
+)
 from edgeprune.cli.devices import add_connection_arguments, endpoint_from
 from edgeprune.errors import UserInputError
 
@@ -41,8 +49,19 @@ def add_parsers(verbs: argparse._SubParsersAction) -> None:
     fit.add_argument("--runtime", choices=["executorch", "litert"], help="default: the device profile's runtime")
     fit.add_argument("--recipe", action="append", help="quantization recipe to use (repeat for a ladder; "
                      "default: the runtime's ladder, highest fidelity first)")
-    fit.add_argument("--trim-vocab", action="store_true",
-                     help="keep only the embedding rows of tokens the task's data uses; ships vocabulary.json")
+    vocabulary = fit.add_mutually_exclusive_group()
+    vocabulary.add_argument("--trim-vocab", dest="trim_vocab", action="store_const", const=True,
+                            help="always keep only the embedding rows of tokens the task's data uses (ships "
+                            "vocabulary.json); default: the search tries both")
+    vocabulary.add_argument("--no-trim-vocab", dest="trim_vocab", action="store_const", const=False,
+                            help="never trim the vocabulary")
+    fit.add_argument("--ffn-fractions", type=number_list(float, "0,0.25,0.5"), default=(0.0, 0.25, 0.5),
+                     metavar="F,F", help="FFN neuron fractions the search may remove per layer (default: 0,0.25,0.5; "
+                     "0 turns FFN removal off)")
+    fit.add_argument("--layer-removals", type=number_list(int, "0,1,2"), default=(0, 1, 2), metavar="N,N",
+                     help="numbers of whole layers the search may remove (default: 0,1,2; 0 turns it off)")
+    fit.add_argument("--require-device", action="store_true",
+                     help="exit 5 when the device is unreachable instead of fitting on estimated figures")
     fit.add_argument("--criterion", default="fluctuation", help="head importance criterion (default: fluctuation)")
     fit.add_argument("--normalize", choices=["none", "l2", "zscore"], default="none",
                      help="per-layer normalization of the scores (default: none)")
@@ -81,7 +100,8 @@ def run_fit(args: argparse.Namespace) -> int:
     options = FitOptions(criterion=args.criterion, normalize=args.normalize, compensate=not args.no_compensation,
                          scoring_examples=args.scoring_examples, runtime=runtime,
                          recipes=tuple(args.recipe) if args.recipe else None, trim_vocabulary=args.trim_vocab,
-                         recover_steps=args.recover_steps)
+                         recover_steps=args.recover_steps, ffn_fractions=args.ffn_fractions,
+                         layer_removals=args.layer_removals, require_device=args.require_device)
     out = args.resume if args.resume is not None else args.out
     result = fit_task(task, profile, budget, out, options, task.progress, resume=args.resume is not None)
     if args.json:

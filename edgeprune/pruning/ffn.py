@@ -24,7 +24,7 @@ from edgeprune.models.base import find_config, hooks_removed_after
 
 # config attribute holding each layer's FFN width when they differ (saved in config.json)
 INTERMEDIATE_SIZES_CONFIG_KEY = "edgeprune_intermediate_sizes"
-NEURON_CRITERIA = ("weight-norm", "activation")
+NEURON_CRITERIA = ("weight-norm", "activation", "fluctuation")
 
 
 @dataclass(frozen=True)
@@ -93,19 +93,41 @@ def score_neurons(model: nn.Module, batches: Iterable[Batch] | None = None,
                 score = score * linear.weight.detach().norm(dim=1).double()
             scores.append(score.numpy())
         return scores
-    if criterion != "activation":
+    if criterion not in NEURON_CRITERIA:
         raise UserInputError(f"unknown neuron criterion {criterion!r}; choose from {', '.join(NEURON_CRITERIA)}")
     if batches is None:
-        raise UserInputError("the activation criterion needs batches")
-    totals = [torch.zeros(block.width, dtype=torch.float64) for block in layers]
+        raise UserInputError(f"the {criterion} criterion needs batches")
+    statistics = neuron_statistics(model, batches)
+    return statistics.fluctuation if criterion == "fluctuation" else statistics.mean_abs
+
+
+@dataclass
+class NeuronStatistics:
+    """Per layer and neuron, over real tokens: the mean activation, the mean |activation|, and the fluctuation
+    E‖W_out[:, j](a_j − ā_j)‖² — what removing neuron j loses once its mean is folded into the output bias
+    (FLAP, An et al. 2024, applied to FFN channels)."""
+
+    means: list[torch.Tensor]
+    mean_abs: list[np.ndarray]
+    fluctuation: list[np.ndarray]
+
+
+def neuron_statistics(model: nn.Module, batches: Iterable[Batch]) -> NeuronStatistics:
+    """One label-free pass over `batches` measuring every FFN neuron's activation (the output projection's input)."""
+    layers = ffn_layers(model)
+    sums = [torch.zeros(block.width, dtype=torch.float64) for block in layers]
+    abs_sums = [torch.zeros(block.width, dtype=torch.float64) for block in layers]
+    squares = [torch.zeros(block.width, dtype=torch.float64) for block in layers]
     count = torch.zeros((), dtype=torch.float64)
     mask_holder: dict[str, torch.Tensor] = {}
 
     def accumulate(index: int) -> Any:
         def hook(_module: nn.Module, args: tuple) -> None:
-            activation = args[0]  # the output projection's input: after the nonlinearity (and gating)
+            activation = args[0].double()  # after the nonlinearity (and gating)
             mask = mask_holder["mask"].to(activation.dtype).unsqueeze(-1)
-            totals[index] += (activation.abs() * mask).sum(dim=(0, 1)).double()
+            sums[index] += (activation * mask).sum(dim=(0, 1))
+            abs_sums[index] += (activation.abs() * mask).sum(dim=(0, 1))
+            squares[index] += (activation.square() * mask).sum(dim=(0, 1))
         return hook
 
     handles = [block.output.register_forward_pre_hook(accumulate(i)) for i, block in enumerate(layers)]
@@ -122,7 +144,12 @@ def score_neurons(model: nn.Module, batches: Iterable[Batch] | None = None,
         model.train(was_training)
     if count == 0:
         raise ValueError("no data to score on: the batches were empty")
-    return [(total / count).numpy() for total in totals]
+    means = [total / count for total in sums]
+    fluctuation = []
+    for block, mean, square in zip(layers, means, squares, strict=True):
+        variance = (square / count - mean.square()).clamp_min(0)
+        fluctuation.append((variance * block.output.weight.detach().double().square().sum(dim=0)).numpy())
+    return NeuronStatistics([m.float() for m in means], [(t / count).numpy() for t in abs_sums], fluctuation)
 
 
 def plan_neurons(scores: list[np.ndarray], fraction: float, per_layer: bool = True,
@@ -151,8 +178,13 @@ def plan_neurons(scores: list[np.ndarray], fraction: float, per_layer: bool = Tr
     return {layer: sorted(ids) for layer, ids in sorted(remove.items())}
 
 
-def remove_neurons(model: nn.Module, remove: dict[int, list[int]]) -> nn.Module:
+def remove_neurons(model: nn.Module, remove: dict[int, list[int]],
+                   means: list[torch.Tensor] | None = None) -> nn.Module:
     """Slice the listed neurons (current positions) out of each layer's FFN, in place; returns `model`.
+
+    With `means` (per layer, each current neuron's mean activation, from `neuron_statistics`), each removed
+    neuron's mean contribution W_out[:, j]·ā_j is folded into the output projection's bias (one is added
+    where there was none), so the layer's mean output is unchanged.
 
     The config stays true: `intermediate_size` is the width when every layer has the same one;
     otherwise it is the widest layer's and the per-layer widths are recorded under
@@ -173,6 +205,8 @@ def remove_neurons(model: nn.Module, remove: dict[int, list[int]]) -> nn.Module:
     for layer, neurons in remove.items():
         block = layers[layer]
         drop = set(neurons)
+        if means is not None:
+            _fold_means(block.output, sorted(drop), means[layer])
         keep = torch.tensor([j for j in range(block.width) if j not in drop], dtype=torch.long)
         for linear in block.inputs:
             _slice_rows(linear, keep)
@@ -181,6 +215,16 @@ def remove_neurons(model: nn.Module, remove: dict[int, list[int]]) -> nn.Module:
             block.owner.intermediate_size = len(keep)
     record_sizes(model, [block.width for block in layers])
     return model
+
+
+def _fold_means(output: nn.Linear, removed: list[int], means: torch.Tensor) -> None:
+    if means.shape != (output.in_features,):
+        raise ValueError(f"neuron means have shape {tuple(means.shape)}; the layer has {output.in_features} neurons")
+    with torch.no_grad():
+        shift = output.weight[:, removed] @ means[removed].to(output.weight.dtype)
+        if output.bias is None:
+            output.bias = nn.Parameter(torch.zeros(output.out_features, dtype=output.weight.dtype))
+        output.bias += shift
 
 
 def zero_neurons(model: nn.Module, remove: dict[int, list[int]]) -> nn.Module:

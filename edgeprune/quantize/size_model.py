@@ -22,19 +22,33 @@ ROW_PARAMETER_BYTES = {"executorch": 4, "litert": 12}
 GROUP_SCALE_BYTES = {"executorch": 2, "litert": 4}
 
 
-def payload_bytes(model: nn.Module, recipe: Recipe) -> int:
-    """Bytes of weights the recipe stores for `model` (an unquantized module)."""
+@dataclass(frozen=True)
+class ParameterLayout:
+    """What the size of any recipe's export depends on: each matrix's kind and shape, and the other parameters."""
+
+    matrices: tuple[tuple[str, int, int], ...]  # ("linear" | "embedding", rows, columns)
+    other_parameters: int
+
+    @classmethod
+    def of(cls, model: nn.Module) -> "ParameterLayout":
+        matrices = []
+        counted: set[int] = set()
+        for module in model.modules():
+            if isinstance(module, nn.Linear | nn.Embedding):
+                rows, cols = module.weight.shape
+                matrices.append(("linear" if isinstance(module, nn.Linear) else "embedding", rows, cols))
+                counted.add(id(module.weight))
+        return cls(tuple(matrices), sum(p.numel() for p in model.parameters() if id(p) not in counted))
+
+
+def payload_bytes(model: "nn.Module | ParameterLayout", recipe: Recipe) -> int:
+    """Bytes of weights the recipe stores for `model` (an unquantized module, or its layout)."""
+    layout = model if isinstance(model, ParameterLayout) else ParameterLayout.of(model)
     total = 0.0
-    counted: set[int] = set()
-    for module in model.modules():
-        if isinstance(module, nn.Linear | nn.Embedding):
-            rows, cols = module.weight.shape
-            kind = "linear" if isinstance(module, nn.Linear) else "embedding"
-            row_bytes = 4 if kind == "embedding" and recipe.embeddings_quantized_in_pytorch else None
-            total += _matrix_bytes(rows, cols, getattr(recipe, kind), kind, recipe.runtime, row_bytes)
-            counted.add(id(module.weight))
-    other = sum(p.numel() for p in model.parameters() if id(p) not in counted)
-    total += other * (BYTES["fp16"] if recipe.linear == "fp16" else BYTES["fp32"])
+    for kind, rows, cols in layout.matrices:
+        row_bytes = 4 if kind == "embedding" and recipe.embeddings_quantized_in_pytorch else None
+        total += _matrix_bytes(rows, cols, getattr(recipe, kind), kind, recipe.runtime, row_bytes)
+    total += layout.other_parameters * (BYTES["fp16"] if recipe.linear == "fp16" else BYTES["fp32"])
     return int(total)
 
 

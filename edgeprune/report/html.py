@@ -150,8 +150,8 @@ def _on_front(artifact: BuiltArtifact, result: FitResult) -> bool:
 def _name(artifact: BuiltArtifact, result: FitResult) -> str:
     if artifact is result.dense:
         return f"dense baseline ({artifact.recipe})"
-    removed = _heads_removed(artifact)
-    name = f"{artifact.recipe}, {'?' if removed is None else removed} heads removed"
+    name = f"{artifact.recipe}, {artifact.describe()}" if "heads_removed" in (artifact.plan or {}) else (
+        f"{artifact.recipe}, {_heads_removed(artifact)} heads removed")
     return f"{result.fitted.label}: {name}" if _is_chosen(artifact, result) else name
 
 
@@ -554,11 +554,11 @@ def _candidates_table(result: FitResult) -> str:
 def _trials(result: FitResult) -> str:
     if not result.trials:
         return _empty("No trial was recorded.")
-    rows = [[t.recipe, t.heads_removed, format_mb(t.predicted_bytes),
-             "not exported" if t.file_bytes is None else format_mb(t.file_bytes),
+    rows = [[t.recipe, t.describe(), "—" if t.estimated_quality is None else f"{t.estimated_quality:.4f}",
+             format_mb(t.predicted_bytes), "not exported" if t.file_bytes is None else format_mb(t.file_bytes),
              {True: "yes", False: "no", None: "—"}[t.fits], t.note] for t in result.trials]
-    return _table(["recipe", "heads removed", "size model", "file size", "meets the resource budgets", "note"],
-                  rows, "trials-table")
+    return _table(["recipe", "structure", "PyTorch estimate (validation)", "size model", "file size",
+                   "meets the resource budgets", "note"], rows, "trials-table")
 
 
 def _provenance(result: FitResult) -> str:

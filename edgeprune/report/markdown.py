@@ -46,6 +46,7 @@ def render_markdown(result: FitResult) -> str:
     speedup = (dense.benchmark.p50_ms / fitted.benchmark.p50_ms
                if dense.benchmark and fitted.benchmark and fitted.benchmark.p50_ms else None)
     metric = metric_name(result)
+    source = "measured" if bench is None or bench.measured else f"ESTIMATED, {bench.device} not connected"
     lines = [
         f"# edgeprune fit: {result.task['name']} on {result.device}",
         "",
@@ -58,15 +59,16 @@ def render_markdown(result: FitResult) -> str:
         "|---|---|---|",
         _row("recipe", dense.recipe, fitted.recipe),
         _row("heads kept", str(sum(map(len, dense.plan["kept_heads"]))), str(sum(map(len, fitted.plan["kept_heads"])))),
+        _row("structure", "dense", fitted.describe()),
         _row("parameters", f"{dense.parameters:,}", f"{fitted.parameters:,}"),
         _row("file size (measured)", format_mb(dense.file_bytes), format_mb(fitted.file_bytes)),
         _row("file size (size model)", format_mb(dense.predicted_bytes), format_mb(fitted.predicted_bytes)),
-        _row("latency p50 (measured)", _bench(dense, "p50_ms", "{:.1f} ms"), _bench(fitted, "p50_ms", "{:.1f} ms")),
-        _row("latency p90 (measured)", _bench(dense, "p90_ms", "{:.1f} ms"), _bench(fitted, "p90_ms", "{:.1f} ms")),
-        _row("load time (measured)", _bench(dense, "load_ms", "{:.1f} ms"), _bench(fitted, "load_ms", "{:.1f} ms")),
-        _row("peak RSS of benchmark process (measured)", _bench(dense, "peak_rss_mb", "{:.0f} MB"),
+        _row(f"latency p50 ({source})", _bench(dense, "p50_ms", "{:.1f} ms"), _bench(fitted, "p50_ms", "{:.1f} ms")),
+        _row(f"latency p90 ({source})", _bench(dense, "p90_ms", "{:.1f} ms"), _bench(fitted, "p90_ms", "{:.1f} ms")),
+        _row(f"load time ({source})", _bench(dense, "load_ms", "{:.1f} ms"), _bench(fitted, "load_ms", "{:.1f} ms")),
+        _row(f"peak RSS of benchmark process ({source})", _bench(dense, "peak_rss_mb", "{:.0f} MB"),
              _bench(fitted, "peak_rss_mb", "{:.0f} MB")),
-        _row("RSS before load (measured)", _bench(dense, "rss_before_load_mb", "{:.0f} MB"),
+        _row(f"RSS before load ({source})", _bench(dense, "rss_before_load_mb", "{:.0f} MB"),
              _bench(fitted, "rss_before_load_mb", "{:.0f} MB")),
         _row("memory the artifact adds (peak − before load)", _added_memory(dense), _added_memory(fitted)),
         _row(f"test {metric} through {result.reproduce['runtime']} (measured)",
@@ -85,14 +87,19 @@ def render_markdown(result: FitResult) -> str:
                   f"{bench.warmup_runs} warm-up and {bench.timed_runs} timed runs, each artifact in its own process."]
     lines += ["", "## Kept heads per layer", "", "| layer | kept | heads |", "|---|---|---|"]
     for layer, (total, kept) in enumerate(zip(fitted.plan["num_heads"], fitted.plan["kept_heads"], strict=True)):
-        lines.append(f"| {layer} | {len(kept)}/{total} | {', '.join(map(str, kept))} |")
-    lines += ["", "## Candidates considered", "", "| recipe | heads removed | predicted | file | fits | note |",
-              "|---|---|---|---|---|---|"]
+        if layer in fitted.layers_removed:
+            lines.append(f"| {layer} | 0/{total} | layer removed |")
+        else:
+            lines.append(f"| {layer} | {len(kept)}/{total} | {', '.join(map(str, kept))} |")
+    lines += ["", "## Candidates considered", "",
+              "| recipe | structure | PyTorch estimate | predicted | file | fits | note |",
+              "|---|---|---|---|---|---|---|"]
     for trial in result.trials:
         file = format_mb(trial.file_bytes) if trial.file_bytes is not None else "not exported"
         fits = {True: "yes", False: "no", None: "—"}[trial.fits]
-        lines.append(f"| {trial.recipe} | {trial.heads_removed} | {format_mb(trial.predicted_bytes)} | {file} | "
-                     f"{fits} | {trial.note} |")
+        estimate = "—" if trial.estimated_quality is None else f"{trial.estimated_quality:.4f}"
+        lines.append(f"| {trial.recipe} | {trial.describe()} | {estimate} | {format_mb(trial.predicted_bytes)} | "
+                     f"{file} | {fits} | {trial.note} |")
     lines += ["", "## Reproduce", "", "```json"]
     lines += [json.dumps(result.reproduce, indent=2), "```", ""]
     return "\n".join(lines)

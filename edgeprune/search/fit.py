@@ -15,6 +15,7 @@ interrupted fit without redoing anything finished; the output folder appears onl
 """
 
 import copy
+import dataclasses
 import hashlib
 import json
 import os
@@ -27,13 +28,14 @@ from datetime import datetime
 from pathlib import Path
 from typing import Any
 
+import numpy as np
 import torch
 from torch import nn
 
 from edgeprune.bench.benchmark import benchmark_on
 from edgeprune.devices import DeviceProfile, load_profile
 from edgeprune.devices.transports.base import Transport, open_transport
-from edgeprune.errors import UserInputError
+from edgeprune.errors import DeviceUnreachableError, UserInputError
 from edgeprune.export import RUNTIMES, content_key, export_prepared, load_artifact, verify_artifact
 from edgeprune.importance import HeadScores, score_heads
 from edgeprune.models import adapter_for
@@ -41,11 +43,14 @@ from edgeprune.progress import Progress
 from edgeprune.pruning import PruningPlan, apply_plan, measure_flops, plan_global_topk
 from edgeprune.pruning.compensation import HeadOutputMeans
 from edgeprune.quantize import FIT_LADDERS, FP32_RECIPE, RECIPES, Recipe, SizeModel, recipe_for_runtime
+from edgeprune.quantize.size_model import ParameterLayout, payload_bytes
 from edgeprune.quantize.vocabulary import VocabularyMap, trim_vocabulary
 from edgeprune.report import render_html, render_markdown
 from edgeprune.search.budget import Budget
+from edgeprune.search.estimate import HostEstimator
 from edgeprune.search.latency import LatencyModel
 from edgeprune.search.result import BuiltArtifact, FitResult, Trial
+from edgeprune.search.space import Line, Shape, lines, parse_fractions, parse_layer_counts
 from edgeprune.serialization import from_jsonable, to_jsonable, write_json_atomic, write_text_atomic
 from edgeprune.tasks.base import Quality, Task
 from edgeprune.tasks.metrics import per_class_regressions
@@ -57,6 +62,7 @@ SIGNATURE_NAME = "model.json"  # inputs, outputs and files the app needs
 JOURNAL_NAME = "journal.json"
 SIZE_MODEL_SLACK = 1.05  # export anyway when the prediction is within 5 % of the budget
 LATENCY_MODEL_SLACK = 1.15  # benchmark anyway when the latency model predicts within 15 % of the budget
+FITTED_LATENCY_SLACK = 1.05  # the same once the recipe's own line is fitted to two measurements
 ACCURACY_METRICS = ("accuracy", "top1")
 
 
@@ -71,7 +77,12 @@ class FitOptions:
     runtime: str | None = None  # None: the device profile's runtime
     recipes: tuple[str, ...] | None = None  # None: the runtime's ladder, highest fidelity first
     verify_examples: int = 8  # real validation inputs each export is checked on
-    trim_vocabulary: bool = False  # keep only embedding rows of tokens in the calibration and validation data
+    # keep only embedding rows of tokens in the calibration and validation data: None searches both ways
+    trim_vocabulary: bool | None = None
+    ffn_fractions: tuple[float, ...] = (0.0, 0.25, 0.5)  # of each kept layer's FFN neurons removed
+    layer_removals: tuple[int, ...] = (0, 1, 2)  # whole layers removed (the most redundant consecutive block)
+    head_step: int | None = None  # heads removed go in multiples of this; None: the number of layers
+    require_device: bool = False  # fail when the device is unreachable instead of estimating its figures
     bench_warmup: int = 5
     bench_runs: int = 30
     recover_steps: int = 0  # > 0: distil each pruned candidate from the dense teacher for this many steps
@@ -90,9 +101,23 @@ class FitOptions:
             raise UserInputError(f"normalize must be none, l2 or zscore, got {self.normalize!r}")
         if self.recover_steps < 0 or self.recovery_batch_size < 1:
             raise UserInputError("recover_steps must be >= 0 (0: no recovery) and recovery_batch_size >= 1")
+        self.ffn_fractions = parse_fractions(self.ffn_fractions)
+        self.layer_removals = parse_layer_counts(self.layer_removals)
+        if self.head_step is not None and self.head_step < 1:
+            raise UserInputError(f"head_step must be >= 1, got {self.head_step}")
         if self.recover_steps and self.trim_vocabulary:
             raise UserInputError("recovery with a trimmed vocabulary is not supported yet; drop --trim-vocab or "
                                  "--recover-steps")
+        if self.recover_steps and (self.ffn_fractions != (0.0,) or self.layer_removals != (0,)):
+            if self.ffn_fractions == FitOptions.ffn_fractions and self.layer_removals == FitOptions.layer_removals:
+                # recovery inside fit searches heads only; FFN and layer removal recover through `distill`
+                self.ffn_fractions, self.layer_removals = (0.0,), (0,)
+            else:
+                raise UserInputError("recovery inside fit searches heads only; with --recover-steps drop "
+                                     "--ffn-fractions/--layer-removals (edgeprune distill recovers FFN and layer "
+                                     "removal)")
+        if self.recover_steps and self.trim_vocabulary is None:
+            self.trim_vocabulary = False
 
 
 def default_out_dir() -> Path:
@@ -145,15 +170,15 @@ class _Journal:
 
 
 class _Builder:
-    """Prunes, quantizes, exports, verifies, benchmarks and evaluates candidates; each one once."""
+    """Prunes, quantizes, exports, verifies, evaluates and benchmarks candidates; each one once."""
 
     def __init__(self, teacher: nn.Module, scores: HeadScores, task: Task, options: FitOptions, work: Path,
-                 progress: Progress, runtime: str, profile: DeviceProfile, device_link: Transport,
-                 journal: _Journal, vocabulary: VocabularyMap | None = None) -> None:
+                 progress: Progress, runtime: str, profile: DeviceProfile, device_link: Transport | None,
+                 journal: _Journal, vocabulary: VocabularyMap | None = None,
+                 estimator: HostEstimator | None = None) -> None:
         self.teacher = teacher
-        self.vocabulary = vocabulary
-        # candidates start from the trimmed teacher; the dense baseline keeps the full vocabulary
-        self.source = trim_vocabulary(copy.deepcopy(teacher), vocabulary) if vocabulary else teacher
+        self.vocabulary = vocabulary  # the trimmed vocabulary shapes with trim_vocabulary use
+        self._trimmed: nn.Module | None = None
         self.scores = scores
         self.task = task
         self.options = options
@@ -162,15 +187,24 @@ class _Builder:
         self.runtime = runtime
         self.profile = profile
         self.device_link = device_link
+        self.estimator = estimator  # set when the device is not connected: figures are estimated
         self.journal = journal
         self.size_model = SizeModel()
         self.latency_model = LatencyModel(profile.peak_gflops, profile.mem_bandwidth_gbs)
         self.example = task.example_inputs("validation", 1)[0]
         self.verify_inputs = task.example_inputs("validation", options.verify_examples)
         self.suffix = RUNTIMES.get(runtime).suffix
-        self._flops: dict[int, int] = {}
+        self.layers = len(adapter_for(teacher).attention_blocks(teacher))
+        # layer counts the model allows (a 2-layer model can lose 1); the defaults are for 6+ layers
+        self.layer_counts = tuple(c for c in options.layer_removals if c < self.layers) or (0,)
+        self._removed_layers: dict[int, list[int]] = {}
+        self._neurons: Any = None  # NeuronStatistics of the dense teacher, measured when first needed
+        self._layouts: dict[Shape, ParameterLayout] = {}  # shapes at 0 and at all removable heads removed
+        self._payload: dict[tuple, int] = {}  # (recipe, such a shape) → payload bytes
+        self._flops: dict[tuple, int] = {}
         self._recovered: dict[int, nn.Module] = {}  # heads removed → recovered model, reused by later candidates
         self.means = self._head_means() if options.compensate else None
+        self.started = time.perf_counter()
 
     def _input_batches(self) -> list[dict[str, torch.Tensor]]:
         """Calibration batches holding only the model's inputs (what head means are measured on)."""
@@ -184,13 +218,61 @@ class _Builder:
 
         return measure_head_means(self.teacher, self._input_batches())
 
-    def plan(self, heads_removed: int) -> PruningPlan:
-        return plan_global_topk(self.scores, heads_removed, self.options.min_heads_per_layer)
+    def removed_layers(self, count: int) -> list[int]:
+        """The `count` consecutive layers of the teacher that change its hidden states least (angular distance)."""
+        if count == 0:
+            return []
+        if count not in self._removed_layers:
+            from edgeprune.importance import score_layers
 
-    def pruned(self, plan: PruningPlan, baseline: bool = False) -> nn.Module:
-        if baseline:
-            return apply_plan(copy.deepcopy(self.teacher), plan)
-        return apply_plan(copy.deepcopy(self.source), plan, compensation=self.means)
+            scores = score_layers(self.teacher, self._input_batches(), "angular-distance", block_size=count)
+            start = int(np.argmin(scores.scores))
+            self._removed_layers[count] = list(range(start, start + count))
+        return self._removed_layers[count]
+
+    def head_counts(self, layers_removed: int = 0) -> list[int]:
+        """Heads-removed counts the search tries: multiples of the step up to all removable in the kept layers."""
+        gone = set(self.removed_layers(layers_removed))
+        blocks = adapter_for(self.teacher).attention_blocks(self.teacher)
+        removable = sum(max(0, b.num_heads - self.options.min_heads_per_layer)
+                        for i, b in enumerate(blocks) if i not in gone)
+        step = self.options.head_step or max(1, self.layers)
+        return sorted(set(range(0, removable + 1, step)) | {removable})
+
+    def plan(self, heads_removed: int, layers_removed: int = 0) -> PruningPlan:
+        """Global top-k over the layers that stay (a removed layer's heads go with it)."""
+        scores = self.scores
+        gone = self.removed_layers(layers_removed)
+        if gone:
+            values = scores.scores.copy()
+            values[gone] = np.where(np.isnan(values[gone]), np.nan, np.inf)
+            scores = dataclasses.replace(scores, scores=values)
+        return plan_global_topk(scores, heads_removed, self.options.min_heads_per_layer)
+
+    def neuron_statistics(self) -> Any:
+        if self._neurons is None:
+            from edgeprune.pruning.ffn import neuron_statistics
+
+            self._neurons = neuron_statistics(self.teacher, self._input_batches())
+        return self._neurons
+
+    def pruned(self, shape: Shape) -> nn.Module:
+        """The teacher cut to `shape`: heads (bias-compensated), FFN neurons (mean-folded), layers, vocabulary."""
+        from edgeprune.pruning.ffn import plan_neurons, remove_neurons
+
+        if shape.trim_vocabulary and self._trimmed is None:
+            if self.vocabulary is None:
+                raise UserInputError("this task has no vocabulary to trim")
+            self._trimmed = trim_vocabulary(copy.deepcopy(self.teacher), self.vocabulary)
+        model = copy.deepcopy(self._trimmed if shape.trim_vocabulary else self.teacher)
+        apply_plan(model, self.plan(shape.heads_removed, shape.layers_removed), compensation=self.means)
+        if shape.ffn_fraction:
+            statistics = self.neuron_statistics()
+            removal = plan_neurons(statistics.fluctuation, shape.ffn_fraction)
+            remove_neurons(model, removal, means=statistics.means if self.options.compensate else None)
+        if shape.layers_removed:
+            adapter_for(model).remove_layers(model, self.removed_layers(shape.layers_removed))
+        return model
 
     def recovered(self, plan: PruningPlan) -> nn.Module:
         """The pruned model distilled from the dense teacher; starts from the closest recovered candidate with
@@ -211,96 +293,196 @@ class _Builder:
             prune_heads(student, removal, compensate=self._input_batches() if self.means is not None else None)
             self.progress.note(f"  recovering from the recovered {parent}-heads-removed candidate")
         else:
-            student = self.pruned(plan)
+            student = self.pruned(Shape(plan.heads_removed))
         config = DistillConfig(max_steps=self.options.recover_steps,
                                eval_every=max(1, self.options.recover_steps // 3), warmup_steps=min(
                                    20, self.options.recover_steps // 5), seed=self.task.seed)
         data = DistillData.from_task(self.task, self.options.recovery_batch_size, self.task.seed)
-        result = distill(student, self.source, data, config, self.progress)
+        result = distill(student, self.teacher, data, config, self.progress)
         self.progress.note(f"  recovered in {result.seconds:.0f} s: validation {result.metric} "
                            f"{result.initial_metric:.4f} → {result.best_metric:.4f}")
         self._recovered[plan.heads_removed] = student
         return student.eval()
 
-    def predict_bytes(self, heads_removed: int, recipe: Recipe) -> int:
-        return self.size_model.predict(self.pruned(self.plan(heads_removed)), recipe)
+    def _ends(self, shape: Shape) -> tuple[Shape, Shape, int]:
+        top = self.head_counts(shape.layers_removed)[-1]
+        return dataclasses.replace(shape, heads_removed=0), dataclasses.replace(shape, heads_removed=top), top
 
-    def flops(self, heads_removed: int) -> int:
-        if heads_removed not in self._flops:
-            inputs = dict(zip(self.task.input_names, self.remap(self.example, False), strict=True))
-            self._flops[heads_removed] = measure_flops(self.pruned(self.plan(heads_removed)), inputs)
-        return self._flops[heads_removed]
+    def _interpolated(self, cache: dict, key: tuple, shape: Shape, exact: Any) -> float:
+        """`exact(shape)` at no head and at every removable head removed, linear in between: exact when every
+        head owns the same parameters and FLOPs (true of MHA models); the real file settles what is built."""
+        low, high, top = self._ends(shape)
+        for end in (low, high):
+            if (*key, end) not in cache:
+                cache[(*key, end)] = exact(end)
+        if top == 0:
+            return cache[(*key, low)]
+        share = shape.heads_removed / top
+        return cache[(*key, low)] + share * (cache[(*key, high)] - cache[(*key, low)])
 
-    def remap(self, inputs: tuple[torch.Tensor, ...], baseline: bool) -> tuple[torch.Tensor, ...]:
+    def predict_bytes(self, shape: Shape, recipe: Recipe) -> int:
+        low, high, top = self._ends(shape)
+        for end in (low, high):
+            if end not in self._layouts:
+                self._layouts[end] = ParameterLayout.of(self.pruned(end))
+        payload = (self._interpolated(self._payload, (recipe.name,), shape,
+                                      lambda end: payload_bytes(self._layouts[end], recipe)))
+        return int(payload) + self.size_model.overhead(recipe)
+
+    def flops(self, shape: Shape) -> int:
+        inputs = dict(zip(self.task.input_names, self.example, strict=True))
+        return int(self._interpolated(self._flops, (), shape.structure,
+                                      lambda end: measure_flops(self.pruned(end), inputs)))
+
+    def predict_latency(self, shape: Shape, recipe: Recipe) -> float | None:
+        return self.latency_model.predict(recipe.name, self.flops(shape), self.predict_bytes(shape, recipe))
+
+    def latency_slack(self, recipe: Recipe) -> float:
+        """How far over the budget a predicted latency may be and still be built: wide while the model extrapolates
+        from one point or another recipe, narrow once a line is fitted to two of this recipe's measurements."""
+        points = {flops for flops, _ in self.latency_model.observations.get(recipe.name, [])}
+        return LATENCY_MODEL_SLACK if len(points) < 2 else FITTED_LATENCY_SLACK
+
+    def proxy(self, shape: Shape) -> Quality:
+        """Validation quality of the pruned fp32 model in PyTorch: a cheap upper estimate of what an artifact of
+        this structure reaches (quantization only takes away); the structure's, whatever the vocabulary."""
+        key = shape.structure.key
+        proxies = self.journal.data.setdefault("proxies", {})
+        if key not in proxies:
+            mark = time.perf_counter()
+            quality = self.task.quality(self.pruned(shape.structure), "validation")
+            proxies[key] = to_jsonable(quality)
+            self.journal.save()
+            self.progress.note(f"  PyTorch estimate for {shape.structure.describe()}: validation {quality.metric} "
+                               f"{quality.value:.4f} ({time.perf_counter() - mark:.0f} s)")
+        return from_jsonable(Quality, proxies[key])
+
+    def remap(self, inputs: tuple[torch.Tensor, ...], trimmed: bool) -> tuple[torch.Tensor, ...]:
         """Inputs as the artifact takes them: token ids through the vocabulary map when it was trimmed."""
-        if baseline or self.vocabulary is None:
+        if not trimmed or self.vocabulary is None:
             return inputs
         return (self.vocabulary.apply(inputs[0]), *inputs[1:])
 
-    def candidate(self, recipe: Recipe, heads_removed: int) -> BuiltArtifact:
-        """Build, benchmark and evaluate (validation split) one candidate, or take it from the journal."""
-        key = f"{recipe.name}:{heads_removed}"
+    def candidate(self, recipe: Recipe, shape: Shape, budget: Budget, reference: Quality,
+                  best: float | None = None) -> BuiltArtifact:
+        """Build one candidate (or take it from the journal); measure its validation quality through the runtime
+        when its file fits, and benchmark it on the device only when it can still beat `best` (the best
+        validation quality, signed so higher is better, of a candidate meeting every budget so far)."""
+        key = f"{recipe.name}:{shape.key}"
         saved = self.journal.artifact(key)
         if saved is not None and (self.work / saved.path).is_file():
-            self.progress.note(f"candidate {recipe.name}, {heads_removed} heads removed: finished before (resumed)")
-            self.size_model.observe(self.pruned(self.plan(heads_removed)), recipe, saved.file_bytes)
+            self.progress.note(f"candidate {recipe.name}, {shape.describe()}: finished before (resumed)")
+            self.size_model.observe(self.pruned(shape), recipe, saved.file_bytes)
         else:
-            saved = self.build(self.plan(heads_removed), recipe, f"candidate-{recipe.name}-{heads_removed}"
-                               f"{self.suffix}", "candidate")
-            self.measure(saved)
+            saved = self.build(shape, recipe, f"candidate-{recipe.name}-{shape.key}{self.suffix}", "candidate")
+            if not budget.size_fits(saved.file_bytes):
+                saved.note = "over the size budget: not evaluated or benchmarked"
+            else:
+                self.evaluate(saved)
+                if _can_win(saved.validation_quality, best, budget, reference):
+                    self.benchmark(saved)
+                else:
+                    saved.note = "not benchmarked: its validation quality cannot beat the best candidate so far"
+                    self.progress.note(f"  {saved.note}")
             self.journal.record(key, saved)
         if saved.benchmark is not None:
-            self.latency_model.observe(recipe.name, self.flops(heads_removed), saved.benchmark.p50_ms)
+            self.latency_model.observe(recipe.name, self.flops(shape), saved.benchmark.p50_ms)
+        saved.checks = budget.check(saved.file_bytes, saved.benchmark, saved.validation_quality, reference)
         return saved
 
-    def build(self, plan: PruningPlan, recipe: Recipe, file_name: str, label: str,
+    def build(self, shape: Shape, recipe: Recipe, file_name: str, label: str,
               baseline: bool = False) -> BuiltArtifact:
-        recover = not baseline and self.options.recover_steps > 0 and plan.heads_removed > 0
-        if recover and plan.heads_removed in self._recovered:
-            model = copy.deepcopy(self._recovered[plan.heads_removed]).eval()
+        recover = not baseline and self.options.recover_steps > 0 and shape.heads_removed > 0
+        plan = self.plan(shape.heads_removed, shape.layers_removed)
+        if recover and shape.heads_removed in self._recovered:
+            model = copy.deepcopy(self._recovered[shape.heads_removed]).eval()
         elif recover:
             model = copy.deepcopy(self.recovered(plan))  # quantization must not touch the kept recovered weights
+        elif baseline:
+            model = copy.deepcopy(self.teacher)
         else:
-            model = self.pruned(plan, baseline)
+            model = self.pruned(shape)
         predicted = self.size_model.predict(model, recipe)
-        example = self.remap(self.example, baseline)
+        trimmed = shape.trim_vocabulary and not baseline
+        example = self.remap(self.example, trimmed)
         key = content_key(model, recipe.name, example)
-        self.progress.note(f"{label}: {recipe.name}, {plan.heads_removed} heads removed: quantize, export, verify")
+        self.progress.note(f"{label}: {recipe.name}, {shape.describe()}: quantize, export, verify "
+                           f"({_elapsed(self.started)} into the search)")
         quantized = recipe.apply(model)
         exported = export_prepared(quantized, example, self.work / file_name, recipe,
                                    cache_dir=self.task.cache_dir / "exports", cache_key=key)
         if not baseline:  # the baseline's full vocabulary would miscalibrate the candidates' overhead
             self.size_model.observe(model, recipe, exported.size_bytes)
         program = load_artifact(exported.path)
-        verification = verify_artifact(quantized, program, [self.remap(i, baseline) for i in self.verify_inputs],
+        verification = verify_artifact(quantized, program, [self.remap(i, trimmed) for i in self.verify_inputs],
                                        recipe.min_cosine, name=f"{label} ({recipe.name})")
         self.progress.note(
             f"  {exported.size_bytes / 1e6:.2f} MB (predicted {predicted / 1e6:.2f}), "
             f"{'cached' if exported.cached else f'exported in {exported.export_seconds:.0f} s'}, "
             f"cosine to PyTorch {verification.min_cosine:.5f}"
         )
-        artifact = BuiltArtifact(
+        return BuiltArtifact(
             label=label, recipe=recipe.name, path=file_name, plan=plan.to_dict(),
             parameters=sum(p.numel() for p in model.parameters()), file_bytes=exported.size_bytes,
             predicted_bytes=predicted, verification=verification,
-            vocabulary_size=None if baseline or self.vocabulary is None else len(self.vocabulary.kept_ids),
+            vocabulary_size=len(self.vocabulary.kept_ids) if trimmed and self.vocabulary else None,
             export_seconds=round(exported.export_seconds, 2), cached_export=exported.cached,
+            ffn_fraction=shape.ffn_fraction, layers_removed=self.removed_layers(shape.layers_removed),
         )
-        return artifact
 
-    def measure(self, artifact: BuiltArtifact, baseline: bool = False) -> None:
-        """Benchmark on the profile's device and measure validation quality through the runtime."""
-        self.progress.note(f"  benchmarking on {self.profile.name} ({self.options.bench_runs} runs, "
-                           f"{self.profile.threads} threads)")
-        artifact.benchmark = benchmark_on(self.device_link, self.work / artifact.path,
-                                          self.remap(self.example, baseline), self.runtime, self.profile.threads,
-                                          self.options.bench_warmup, self.options.bench_runs,
-                                          device=self.profile.name, profile=self.profile)
+    @staticmethod
+    def shape_of(artifact: BuiltArtifact) -> Shape:
+        return Shape(artifact.heads_removed, artifact.ffn_fraction, len(artifact.layers_removed),
+                     artifact.vocabulary_size is not None)
+
+    def evaluate(self, artifact: BuiltArtifact) -> None:
+        """Validation quality through the runtime: what the search decides on."""
         run = load_artifact(self.work / artifact.path)
+        trimmed = artifact.vocabulary_size is not None
         artifact.validation_quality = self.task.runtime_quality(
-            run, "validation", None if baseline else lambda inputs: self.remap(inputs, False))
-        self.progress.note(f"  p50 {artifact.benchmark.p50_ms:.2f} ms, peak {artifact.benchmark.peak_rss_mb:.0f} MB, "
-                           f"validation {artifact.validation_quality.metric} {artifact.validation_quality.value:.4f}")
+            run, "validation", (lambda inputs: self.remap(inputs, True)) if trimmed else None)
+        self.progress.note(f"  validation {artifact.validation_quality.metric} "
+                           f"{artifact.validation_quality.value:.4f} through {self.runtime}")
+
+    def benchmark(self, artifact: BuiltArtifact) -> None:
+        """On the profile's device, or estimated from a run here when it is not connected."""
+        inputs = self.remap(self.example, artifact.vocabulary_size is not None)
+        where = f"estimated for {self.profile.name}" if self.estimator else f"on {self.profile.name}"
+        self.progress.note(f"  benchmarking {where} ({self.options.bench_runs} runs, {self.profile.threads} threads)")
+        if self.estimator is not None:
+            artifact.benchmark = self.estimator.benchmark(self.work / artifact.path, inputs, self.runtime,
+                                                          self.options.bench_warmup, self.options.bench_runs)
+        else:
+            artifact.benchmark = benchmark_on(self.device_link, self.work / artifact.path, inputs, self.runtime,
+                                              self.profile.threads, self.options.bench_warmup,
+                                              self.options.bench_runs, device=self.profile.name,
+                                              profile=self.profile)
+        peak = artifact.benchmark.peak_rss_mb
+        self.progress.note(f"  p50 {artifact.benchmark.p50_ms:.2f} ms{'' if self.estimator is None else ' (estimated)'}"
+                           f", peak {'?' if peak is None else f'{peak:.0f}'} MB")
+
+    def measure(self, artifact: BuiltArtifact) -> None:
+        self.evaluate(artifact)
+        self.benchmark(artifact)
+
+
+def _can_win(quality: Quality | None, best: float | None, budget: Budget, reference: Quality) -> bool:
+    """Whether a candidate of this validation quality could still become the result."""
+    if quality is None:
+        return False
+    floor = budget.quality_floor(reference)
+    if floor is not None and not (quality.value >= floor if reference.higher_is_better else quality.value <= floor):
+        return False
+    return best is None or _signed(quality) > best
+
+
+def _signed(quality: Quality) -> float:
+    return quality.value if quality.higher_is_better else -quality.value
+
+
+def _elapsed(started: float) -> str:
+    seconds = int(time.perf_counter() - started)
+    return f"{seconds // 60}m{seconds % 60:02d}s"
 
 
 def fit(
@@ -376,13 +558,13 @@ def fit_task(
         timings["scoring"] = time.perf_counter() - mark
 
         vocabulary = _vocabulary(task, options, progress)
-        blocks = adapter_for(teacher.model).attention_blocks(teacher.model)
         with open_transport(profile.endpoint, profile.python) as device_link:
-            builder = _Builder(teacher.model, scores, task, options, work, progress, runtime, profile, device_link,
-                               journal, vocabulary)
+            estimator = _estimator_if_unreachable(device_link, profile, options, progress)
+            builder = _Builder(teacher.model, scores, task, options, work, progress, runtime, profile,
+                               None if estimator else device_link, journal, vocabulary, estimator)
             mark = time.perf_counter()
-            dense = _dense_baseline(builder, blocks, runtime, journal)
-            candidates, trials = _search(builder, blocks, budget, recipes, teacher.validation, progress)
+            dense = _dense_baseline(builder, runtime, journal)
+            candidates, trials = _search(builder, budget, recipes, teacher.validation, progress)
             timings["search"] = time.perf_counter() - mark
 
         mark = time.perf_counter()
@@ -390,14 +572,14 @@ def fit_task(
         _keep_only(fitted, candidates, work)
         for artifact in (dense, fitted):
             run = load_artifact(work / artifact.path)
-            trimmed = artifact is fitted and vocabulary is not None
-            artifact.quality = task.runtime_quality(run, "test", (lambda i: builder.remap(i, False)) if trimmed
+            trimmed = artifact.vocabulary_size is not None
+            artifact.quality = task.runtime_quality(run, "test", (lambda i: builder.remap(i, True)) if trimmed
                                                     else None)
             if artifact.quality.metric in ACCURACY_METRICS:
                 artifact.test_accuracy = artifact.quality.value
         timings["evaluation"] = time.perf_counter() - mark
 
-        shipped = _ship(task, work, fitted, vocabulary)
+        shipped = _ship(task, work, fitted, vocabulary if fitted.vocabulary_size is not None else None)
         fits = not binding
         message = _summary(fits, fitted, budget, binding, suggestions)
         result = FitResult(
@@ -427,6 +609,28 @@ def fit_task(
         else:
             progress.note(f"stopped; finished candidates are kept in {work}: continue with --resume {out}")
         raise
+
+
+def _estimator_if_unreachable(device_link: Transport, profile: DeviceProfile, options: FitOptions,
+                              progress: Progress) -> HostEstimator | None:
+    """None when the device answers; else an estimator from runs here (or DeviceUnreachableError when
+    `require_device`). The local machine is always reachable."""
+    if profile.endpoint.kind == "local":
+        return None
+    try:
+        done = device_link.run(["true"], timeout_s=60)
+        if done.exit_code == 0:
+            return None
+        reason = f"`true` exited {done.exit_code} there"
+    except DeviceUnreachableError as error:
+        reason = str(error)
+    if options.require_device:
+        raise DeviceUnreachableError(f"device {profile.name} is not usable ({reason}); fix the connection, or "
+                                     "drop --require-device to fit on estimated figures")
+    estimator = HostEstimator.for_profile(profile)
+    progress.warn(f"{profile.name} is not reachable ({reason}); latency, memory and energy are ESTIMATED, not "
+                  f"measured: {estimator.describe()}")
+    return estimator
 
 
 def _split_summary(task: Task) -> str:
@@ -469,109 +673,203 @@ def _scores(task: Task, model: nn.Module, options: FitOptions, progress: Progres
 
 
 def _vocabulary(task: Task, options: FitOptions, progress: Progress) -> VocabularyMap | None:
-    if not options.trim_vocabulary:
+    """The trimmed vocabulary when the search may trim (None: the task has none, or trimming is off)."""
+    if options.trim_vocabulary is False:
         return None
     vocabulary = task.vocabulary()
+    if vocabulary is None and options.trim_vocabulary is None:
+        return None
     if vocabulary is None:
         raise UserInputError(f"vocabulary trimming applies to text encoders; the {task.kind} task has no trimmable "
                              "vocabulary; drop --trim-vocab")
-    progress.note(f"vocabulary trimmed to the {len(vocabulary.kept_ids)} of {vocabulary.original_size} tokens seen "
-                  "in the calibration and validation data (others become the unknown token)")
+    progress.note(f"vocabulary {'trimmed' if options.trim_vocabulary else 'may be trimmed'} to the "
+                  f"{len(vocabulary.kept_ids)} of {vocabulary.original_size} tokens seen in the calibration and "
+                  "validation data (others become the unknown token)")
     return vocabulary
 
 
-def _dense_baseline(builder: _Builder, blocks: list, runtime: str, journal: _Journal) -> BuiltArtifact:
+def _dense_baseline(builder: _Builder, runtime: str, journal: _Journal) -> BuiltArtifact:
     saved = journal.artifact("dense")
     if saved is not None and (builder.work / saved.path).is_file():
         return saved
-    dense = builder.build(PruningPlan.dense([b.num_heads for b in blocks]), RECIPES.get(FP32_RECIPE[runtime]),
-                          BASELINE_STEM + builder.suffix, "dense baseline", baseline=True)
-    builder.measure(dense, baseline=True)
+    dense = builder.build(Shape(), RECIPES.get(FP32_RECIPE[runtime]), BASELINE_STEM + builder.suffix,
+                          "dense baseline", baseline=True)
+    builder.measure(dense)
     journal.record("dense", dense)
     return dense
 
 
-def _search(builder: _Builder, blocks: list, budget: Budget, recipes: tuple[str, ...], reference: Quality,
+def _search(builder: _Builder, budget: Budget, recipes: tuple[str, ...], reference: Quality,
             progress: Progress) -> tuple[list[BuiltArtifact], list[Trial]]:
-    """Per recipe, the fewest heads removed that meet the resource budgets; every candidate built is returned."""
-    removable = sum(max(0, b.num_heads - builder.options.min_heads_per_layer) for b in blocks)
-    step = max(1, len(blocks))  # one head per layer on average per step
-    counts = sorted(set(range(0, removable + 1, step)) | {removable})
+    """Best-first over the space's lines (recipe × FFN fraction × layers removed × vocabulary), cheap first.
+
+    Per line only its *frontier* matters: the fewest heads removed that the size model (exact) and the latency
+    model predict to meet the budgets, since more removal only lowers quality. Frontiers more compressed than
+    another frontier or a measured candidate of an equal or higher-fidelity recipe cannot beat it and are
+    skipped; the rest are ranked by an optimistic quality bound — the PyTorch validation quality of the
+    structure, minus the smallest quantization loss measured for the recipe (or for a higher-fidelity one) —
+    and built best first. A built candidate over a resource budget moves its line's frontier (and teaches the
+    latency model); the search ends when no frontier's bound beats the best candidate meeting every budget.
+    """
+    order = {name: index for index, name in enumerate(recipes)}
+    space = lines(recipes, builder.options.ffn_fractions, builder.layer_counts, _vocabulary_choices(builder))
+    built: dict[tuple[str, Shape], BuiltArtifact] = {}
+    over: list[tuple[str, Shape]] = []  # measured over a resource budget
+    anchors: list[tuple[str, Shape, BuiltArtifact]] = []  # measured, not over: nothing more compressed beats them
+    closed: dict[Line, str] = {}  # lines with nothing left to try, and why
+    best: float | None = None
     trials: list[Trial] = []
-    built: dict[tuple[str, int], BuiltArtifact] = {}
-    for recipe in (RECIPES.get(name) for name in recipes):
-        known_over, known_fit = -1, None
-        while True:
-            open_counts = [c for c in counts if known_over < c and (known_fit is None or c < known_fit)]
-            # within the size model's error of the line, a real file settles what the model cannot
-            hopeful = [c for c in open_counts
-                       if budget.size_fits(int(builder.predict_bytes(c, recipe) / SIZE_MODEL_SLACK))]
-            hopeful = _fast_enough(builder, recipe, hopeful, budget, known_fit)
-            if not hopeful:
-                break
-            count = hopeful[0]
-            artifact = builder.candidate(recipe, count)
-            artifact.checks = budget.check(artifact.file_bytes, artifact.benchmark, artifact.validation_quality,
-                                           reference)
-            resources_met = all(c.passed for c in artifact.checks if not c.name.endswith("(validation)"))
-            trials.append(Trial(recipe.name, count, artifact.predicted_bytes, artifact.file_bytes, resources_met,
-                                artifact.export_seconds, artifact.cached_export))
-            built[(recipe.name, count)] = artifact
-            _note_best(progress, built.values())
-            if resources_met:
-                known_fit = count
+    floor = budget.quality_floor(reference)
+    if floor is not None and not reference.higher_is_better:
+        floor = -floor
+
+    def dominated(recipe: str, shape: Shape, others: list[tuple[str, Shape]]) -> bool:
+        return any(order[r] <= order[recipe] and shape.at_least_as_compressed_as(s) and (r, s) != (recipe, shape)
+                   for r, s in others)
+
+    while True:
+        frontier: dict[Line, Shape] = {}
+        for line in space:
+            if line in closed:
+                continue
+            shape = _frontier(builder, line, budget, over)
+            if shape is None:
+                closed[line] = "the size or latency model predicts every head count over budget"
             else:
-                known_over = count
-                failed = ", ".join(f"{c.name} {_fmt(c.value)} > {_fmt(c.limit)} {c.unit}".strip()
-                                   for c in artifact.checks if not c.passed and not c.name.endswith("(validation)"))
-                progress.note(f"  over budget ({failed}): removing more heads")
-        for count in counts:
-            if (recipe.name, count) not in built and (known_fit is None or count < known_fit):
-                reason = ("a candidate with more heads removed was already over budget" if count < known_over
-                          else "the size or latency model predicts it is over budget")
-                trials.append(Trial(recipe.name, count, builder.predict_bytes(count, recipe),
-                                    note=f"skipped: {reason}"))
-        if known_fit == 0 and built[(recipe.name, 0)].meets_budget:
-            progress.note(f"{recipe.name} meets every budget with no head removed: lower-fidelity recipes cannot "
-                          "do better")
+                frontier[line] = shape
+        contenders = []
+        settled = [(r, s) for r, s, _ in anchors]
+        for line, shape in frontier.items():
+            others = settled + [(other.recipe, s) for other, s in frontier.items()]
+            if dominated(line.recipe, shape, settled):
+                closed[line] = "cannot beat a measured candidate that is less compressed"
+            elif not dominated(line.recipe, shape, others) and (line.recipe, shape) not in built:
+                contenders.append((line, shape))
+        ranked = []
+        for line, shape in contenders:
+            bound = _signed(builder.proxy(shape)) - _quantization_loss(line.recipe, anchors, order, builder)
+            if best is not None and bound <= best:
+                closed[line] = f"PyTorch estimate {builder.proxy(shape).value:.4f} cannot beat the best so far"
+            elif floor is not None and bound < floor:
+                closed[line] = f"PyTorch estimate {builder.proxy(shape).value:.4f} is under the quality floor"
+            else:
+                ranked.append((-bound, order[line.recipe], shape, line))
+        if not ranked:
             break
-    if not built:  # nothing was even predicted to fit: build the smallest candidate to show how close it gets
-        recipe = RECIPES.get(recipes[-1])
-        progress.note(f"nothing is predicted to fit; building the smallest candidate ({recipe.name}, "
-                      f"{counts[-1]} heads removed)")
-        artifact = builder.candidate(recipe, counts[-1])
-        artifact.checks = budget.check(artifact.file_bytes, artifact.benchmark, artifact.validation_quality,
-                                       reference)
-        trials.append(Trial(recipe.name, counts[-1], artifact.predicted_bytes, artifact.file_bytes,
-                            artifact.meets_budget, note="closest: the smallest candidate"))
-        built[(recipe.name, counts[-1])] = artifact
+        _, _, shape, line = min(ranked)
+        recipe = RECIPES.get(line.recipe)
+        artifact = builder.candidate(recipe, shape, budget, reference, best)
+        built[(line.recipe, shape)] = artifact
+        resources = [c for c in artifact.checks if not c.name.endswith("(validation)")]
+        over_budget = [c for c in resources if not c.passed and c.value is not None]
+        trials.append(Trial(line.recipe, shape.heads_removed, artifact.predicted_bytes, artifact.file_bytes,
+                            not over_budget and artifact.benchmark is not None, artifact.export_seconds,
+                            artifact.cached_export, artifact.note, shape.ffn_fraction, shape.layers_removed,
+                            shape.trim_vocabulary, builder.proxy(shape).value))
+        if over_budget:
+            # trimming the vocabulary changes only the size: over on anything else is over with either vocabulary
+            size_only = all(c.name == "size" for c in over_budget)
+            over.append((line.recipe, shape if size_only else dataclasses.replace(shape, trim_vocabulary=True)))
+            failed = ", ".join(f"{c.name} {_fmt(c.value)} > {_fmt(c.limit)} {c.unit}".strip() for c in over_budget)
+            progress.note(f"  over budget ({failed}): compressing further")
+        else:
+            anchors.append((line.recipe, shape, artifact))
+            if artifact.meets_budget:
+                best = max(best if best is not None else float("-inf"), _signed(artifact.validation_quality))
+        _note_best(progress, built.values(), builder.started)
+    for line, reason in closed.items():
+        if not any(r == line.recipe and _on_line(s, line) for r, s in built):
+            shape = line.shape(builder.head_counts(line.layers_removed)[-1])
+            trials.append(Trial(line.recipe, shape.heads_removed, builder.predict_bytes(shape, RECIPES.get(
+                line.recipe)), note=f"not built: {reason}", ffn_fraction=line.ffn_fraction,
+                layers_removed=line.layers_removed, trim_vocabulary=line.trim_vocabulary))
+    if not any(a.meets_budget for a in built.values()):
+        _build_closest(builder, budget, reference, progress, space, built, trials)
     return list(built.values()), trials
 
 
-def _fast_enough(builder: _Builder, recipe: Recipe, hopeful: list[int], budget: Budget,
-                 known_fit: int | None) -> list[int]:
-    """Drop counts the latency model predicts to be too slow (keep the most pruned one to settle it)."""
-    if budget.max_latency_ms is None or not hopeful:
-        return hopeful
-    kept = []
-    for count in hopeful:
-        predicted = builder.latency_model.predict(recipe.name, builder.flops(count),
-                                                  builder.predict_bytes(count, recipe))
-        if predicted is None or predicted <= budget.max_latency_ms * LATENCY_MODEL_SLACK:
-            kept.append(count)
-    if not kept and known_fit is None:
-        kept = [hopeful[-1]]
-    return kept
+def _build_closest(builder: _Builder, budget: Budget, reference: Quality, progress: Progress, space: list[Line],
+                   built: dict[tuple[str, Shape], BuiltArtifact], trials: list[Trial]) -> None:
+    """Nothing meets every budget: build (if not yet) the most compressed candidate — of the recipe measured
+    fastest when latency binds, else the smallest recipe — and measure it fully, to show how close it gets."""
+    benchmarked = [a for a in built.values() if a.benchmark is not None]
+    recipe = space[-1].recipe
+    if budget.max_latency_ms is not None and benchmarked:
+        recipe = min(benchmarked, key=lambda a: a.benchmark.p50_ms).recipe
+    layers = max(builder.layer_counts)
+    shape = Shape(builder.head_counts(layers)[-1], max(builder.options.ffn_fractions), layers,
+                  space[-1].trim_vocabulary)
+    if (recipe, shape) in built:
+        return
+    progress.note(f"nothing meets every budget; building the most compressed candidate ({recipe}, "
+                  f"{shape.describe()}) to show how close it gets")
+    artifact = builder.candidate(RECIPES.get(recipe), shape, budget, reference)
+    if artifact.validation_quality is None:
+        builder.evaluate(artifact)
+    if artifact.benchmark is None:
+        builder.benchmark(artifact)
+    artifact.checks = budget.check(artifact.file_bytes, artifact.benchmark, artifact.validation_quality, reference)
+    trials.append(Trial(recipe, shape.heads_removed, artifact.predicted_bytes, artifact.file_bytes,
+                        artifact.meets_budget, note="closest: the most compressed candidate",
+                        ffn_fraction=shape.ffn_fraction, layers_removed=shape.layers_removed,
+                        trim_vocabulary=shape.trim_vocabulary))
+    built[(recipe, shape)] = artifact
+
+
+def _vocabulary_choices(builder: _Builder) -> tuple[bool, ...]:
+    if builder.vocabulary is None:
+        return (False,)
+    choice = builder.options.trim_vocabulary
+    return (False, True) if choice is None else (bool(choice),)
+
+
+def _on_line(shape: Shape, line: Line) -> bool:
+    return (shape.ffn_fraction, shape.layers_removed, shape.trim_vocabulary) == (
+        line.ffn_fraction, line.layers_removed, line.trim_vocabulary)
+
+
+def _frontier(builder: _Builder, line: Line, budget: Budget, over: list[tuple[str, Shape]]) -> Shape | None:
+    """The fewest heads removed on `line` not known to be over budget and predicted to fit (within the models'
+    slack: a real file and a real benchmark settle what the models cannot)."""
+    recipe = RECIPES.get(line.recipe)
+    for count in builder.head_counts(line.layers_removed):
+        shape = line.shape(count)
+        if any(r == line.recipe and s.at_least_as_compressed_as(shape) for r, s in over):
+            continue
+        if not budget.size_fits(int(builder.predict_bytes(shape, recipe) / SIZE_MODEL_SLACK)):
+            continue
+        if budget.max_latency_ms is not None:
+            predicted = builder.predict_latency(shape, recipe)
+            if predicted is not None and predicted > budget.max_latency_ms * builder.latency_slack(recipe):
+                continue
+        return shape
+    return None
+
+
+def _quantization_loss(recipe: str, anchors: list[tuple[str, Shape, BuiltArtifact]], order: dict[str, int],
+                       builder: _Builder) -> float:
+    """The least validation quality a recipe was measured to lose against the PyTorch estimate of the same
+    structure; a recipe not measured yet borrows the largest loss of a higher-fidelity recipe (lower fidelity
+    loses at least as much), else 0."""
+    losses: dict[str, list[float]] = {}
+    for name, shape, artifact in anchors:
+        if artifact.validation_quality is not None:
+            losses.setdefault(name, []).append(_signed(builder.proxy(shape)) - _signed(artifact.validation_quality))
+    if recipe in losses:
+        return min(losses[recipe])
+    higher = [min(values) for name, values in losses.items() if order[name] < order[recipe]]
+    return max(higher, default=0.0)
 
 
 def _choose(candidates: list[BuiltArtifact], budget: Budget,
             reference: Quality) -> tuple[BuiltArtifact, list[str], list[str]]:
     """The best validation quality among candidates meeting every budget; else the closest, with what binds."""
-    meeting = [c for c in candidates if c.meets_budget]
+    meeting = [c for c in candidates if c.meets_budget and c.validation_quality is not None]
     if meeting:
         better = reference.higher_is_better
+        # a candidate left unbenchmarked could not beat the benchmarked one it ties with
         best = max(meeting, key=lambda c: (c.validation_quality.value if better else -c.validation_quality.value,
-                                           -c.file_bytes))
+                                           c.benchmark is not None, -c.file_bytes))
         best.label = "fitted"
         return best, [], []
     closest = min(candidates, key=lambda c: (sum(not check.passed for check in c.checks), c.file_bytes))
@@ -668,13 +966,14 @@ def _outputs(task: Task) -> list[dict[str, str]]:
     return outputs
 
 
-def _note_best(progress: Progress, built: Any) -> None:
-    meeting = [a for a in built if a.meets_budget]
+def _note_best(progress: Progress, built: Any, started: float) -> None:
+    meeting = [a for a in built if a.meets_budget and a.benchmark is not None]
     if meeting:
-        best = max(meeting, key=lambda a: a.validation_quality.value * (1 if a.validation_quality.higher_is_better
-                                                                         else -1))
-        progress.note(f"  best so far: {best.recipe}, {best.heads_removed} heads removed, {best.file_bytes / 1e6:.2f} "
-                      f"MB, validation {best.validation_quality.metric} {best.validation_quality.value:.4f}")
+        best = max(meeting, key=lambda a: _signed(a.validation_quality))
+        progress.note(f"  best so far: {best.recipe}, {best.describe()}, {best.file_bytes / 1e6:.2f} MB, validation "
+                      f"{best.validation_quality.metric} {best.validation_quality.value:.4f} ({_elapsed(started)})")
+    else:
+        progress.note(f"  nothing meets every budget yet ({_elapsed(started)})")
 
 
 def _fmt(value: float | None) -> str:

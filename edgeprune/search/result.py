@@ -6,21 +6,29 @@ from typing import Any
 from edgeprune.bench.benchmark import BenchmarkResult
 from edgeprune.export.verify import Verification
 from edgeprune.search.budget import Budget, BudgetCheck
+from edgeprune.search.space import Shape
 from edgeprune.tasks.base import Quality
 
 
 @dataclass
 class Trial:
-    """One candidate the search considered: recipe × heads removed, and what happened to it."""
+    """One candidate the search considered (recipe × structure), or a line of the space it never built."""
 
     recipe: str
     heads_removed: int
     predicted_bytes: int
     file_bytes: int | None = None  # None: skipped by the size model, never exported
-    fits: bool | None = None
+    fits: bool | None = None  # met the resource budgets as benchmarked
     export_seconds: float | None = None
     cached_export: bool = False
     note: str = ""
+    ffn_fraction: float = 0.0
+    layers_removed: int = 0
+    trim_vocabulary: bool = False
+    estimated_quality: float | None = None  # validation quality of the fp32 structure in PyTorch (the search's bound)
+
+    def describe(self) -> str:
+        return Shape(self.heads_removed, self.ffn_fraction, self.layers_removed, self.trim_vocabulary).describe()
 
 
 @dataclass
@@ -43,10 +51,17 @@ class BuiltArtifact:
     checks: list[BudgetCheck] = field(default_factory=list)
     export_seconds: float | None = None
     cached_export: bool = False
+    ffn_fraction: float = 0.0  # of each kept layer's FFN neurons removed
+    layers_removed: list[int] = field(default_factory=list)  # the teacher's layers that were dropped
+    note: str = ""  # why it was not evaluated or benchmarked, when it was not
 
     @property
     def heads_removed(self) -> int:
         return int(self.plan["heads_removed"])
+
+    def describe(self) -> str:
+        return Shape(self.heads_removed, self.ffn_fraction, len(self.layers_removed),
+                     self.vocabulary_size is not None).describe()
 
     @property
     def meets_budget(self) -> bool:
