@@ -2,6 +2,7 @@
 quality are known functions of the structure: the search must find the grid's best candidate for every budget
 while building far fewer candidates, and never build one the size model already rules out."""
 
+import io
 import time
 
 import pytest
@@ -9,6 +10,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from edgeprune.bench.benchmark import BenchmarkResult
+from edgeprune.errors import VerificationError
 from edgeprune.export.verify import Verification
 from edgeprune.progress import Progress
 from edgeprune.search import Budget
@@ -58,8 +60,9 @@ def bench(p50: float) -> BenchmarkResult:
 class WorldBuilder:
     """The builder interface `_search` uses, answering from the functions above; counts what it is asked."""
 
-    def __init__(self, options: FitOptions, trimmable: bool = True) -> None:
+    def __init__(self, options: FitOptions, trimmable: bool = True, rejected: tuple[str, ...] = ()) -> None:
         self.options = options
+        self.rejected = rejected  # recipes whose artifacts fail verification on this model
         self.vocabulary = object() if trimmable else None
         self.started = time.perf_counter()
         self.built: list[tuple[str, Shape]] = []
@@ -87,6 +90,8 @@ class WorldBuilder:
 
     def candidate(self, recipe, shape, budget, reference, best=None) -> BuiltArtifact:
         self.built.append((recipe.name, shape))
+        if recipe.name in self.rejected:
+            raise VerificationError(f"candidate ({recipe.name}) disagrees with its PyTorch source: cosine 0.96 < 0.99")
         artifact = artifact_for(recipe.name, shape)
         if not budget.size_fits(artifact.file_bytes):
             artifact.validation_quality = None
@@ -134,10 +139,10 @@ def grid_best(options: FitOptions, budget: Budget) -> float | None:
     return best
 
 
-def run(budget: Budget, options: FitOptions | None = None) -> tuple[WorldBuilder, list[BuiltArtifact]]:
-    options = options or FitOptions(recipes=RECIPES)
-    builder = WorldBuilder(options)
-    candidates, _trials = _search(builder, budget, RECIPES, REFERENCE, Progress(enabled=False))
+def run(budget: Budget, rejected: tuple[str, ...] = ()) -> tuple[WorldBuilder, list[BuiltArtifact]]:
+    builder = WorldBuilder(FitOptions(recipes=RECIPES), rejected=rejected)
+    quiet = Progress(enabled=False, stream=io.StringIO())
+    candidates, builder.trials = _search(builder, budget, RECIPES, REFERENCE, quiet)
     return builder, candidates
 
 
@@ -190,3 +195,14 @@ def test_a_quality_floor_stops_the_search_at_the_first_candidate_under_it():
     fitted, binding, _ = _choose(candidates, budget, REFERENCE)
     assert binding == ["min accuracy (validation)"]
     assert len(builder.built) <= 3
+
+
+def test_a_recipe_rejected_by_verification_is_dropped_and_the_search_goes_on():
+    budget = Budget(max_mb=30)
+    builder, candidates = run(budget, rejected=("int8",))
+    assert builder.built[0] == ("int8", Shape()) and all(recipe != "int8" for recipe, _ in builder.built[1:])
+    fitted, binding, _ = _choose(candidates, budget, REFERENCE)
+    assert not binding and fitted.recipe == "int8-emb4" and fitted.heads_removed == 0
+    assert any(t.note.startswith("rejected by verification: candidate (int8)") for t in builder.trials)
+    with pytest.raises(VerificationError, match="every recipe tried .* was rejected by verification"):
+        run(budget, rejected=RECIPES)

@@ -34,6 +34,8 @@ def test_perplexity_is_exp_of_the_mean_next_token_loss(llama_dir, tmp_path):
     assert teacher.test.details["tokens"] == ids.shape[0] * 15
     loss = task.loss(teacher.model, {"input_ids": ids})
     assert math.exp(loss.item()) == pytest.approx(expected, rel=1e-5)
+    # in batches (what fit's PyTorch estimates use): the same figure
+    assert task.batched_quality(teacher.model, "test", batch_size=3).value == pytest.approx(expected, rel=1e-5)
 
 
 def test_no_document_reaches_two_splits(llama_dir, tmp_path):

@@ -72,6 +72,8 @@ def test_pruning_lowers_cosine_and_the_contrastive_loss_scores_heads(tiny_bert_d
                                        teacher.model(data["input_ids"], data["attention_mask"])[0], dim=-1)
     assert quality.metric == "cosine" and quality.value == pytest.approx(float(expected.mean()), abs=1e-6)
     assert quality.value < 1 and quality.details["min_cosine"] == pytest.approx(float(expected.min()), abs=1e-6)
+    batched = task.batched_quality(pruned, "test", batch_size=4)  # what fit's PyTorch estimates use
+    assert batched.examples == quality.examples and batched.value == pytest.approx(quality.value, abs=1e-6)
 
 
 def test_neighbour_agreement_counts_shared_neighbours():

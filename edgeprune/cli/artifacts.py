@@ -4,10 +4,15 @@ import argparse
 import json
 import sys
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from edgeprune.cli.common import EXIT_OK, add_task_arguments, task_from
 from edgeprune.cli.devices import add_connection_arguments, endpoint_from
 from edgeprune.errors import UserInputError
+
+if TYPE_CHECKING:
+    from edgeprune.quantize import Recipe
+    from edgeprune.tasks import Task
 
 
 def add_parsers(verbs: argparse._SubParsersAction) -> None:
@@ -57,7 +62,7 @@ def run_quantize(args: argparse.Namespace) -> int:
     if args.out.suffix != ".pt2":
         raise UserInputError(f"the quantized program is saved as a .pt2 file; got --out {args.out}")
     task = task_from(args)
-    quantized = recipe.apply(task.teacher().model)
+    quantized = recipe.apply(task.teacher().model, _calibration(task, recipe))
     program = torch.export.export(quantized, task.example_inputs("validation", 1)[0], strict=False)
     args.out.parent.mkdir(parents=True, exist_ok=True)
     partial = args.out.with_name(f".{args.out.name}.partial")
@@ -66,6 +71,13 @@ def run_quantize(args: argparse.Namespace) -> int:
     write_json_atomic(args.out.with_suffix(".json"), {"recipe": recipe.name, "task": task.describe()})
     print(f"wrote {args.out} ({recipe.description}); run it with torch.export.load(path).module()")
     return EXIT_OK
+
+
+def _calibration(task: "Task", recipe: "Recipe") -> list | None:
+    """Real inputs of the calibration split for recipes that calibrate activation ranges."""
+    from edgeprune.quantize import CALIBRATION_EXAMPLES
+
+    return task.example_inputs("calibration", CALIBRATION_EXAMPLES) if recipe.calibrated else None
 
 
 def run_export(args: argparse.Namespace) -> int:
@@ -79,7 +91,7 @@ def run_export(args: argparse.Namespace) -> int:
         raise UserInputError(f"{args.runtime} artifacts end in {suffix}; got --out {args.out}")
     task = task_from(args)
     model = task.teacher().model
-    prepared = recipe.apply(model)
+    prepared = recipe.apply(model, _calibration(task, recipe))
     task.progress.note(f"exporting with {recipe.name} ({recipe.description})")
     artifact = export_prepared(prepared, task.example_inputs("validation", 1)[0], args.out, recipe)
     try:

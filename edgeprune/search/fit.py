@@ -35,14 +35,22 @@ from torch import nn
 from edgeprune.bench.benchmark import benchmark_on
 from edgeprune.devices import DeviceProfile, load_profile
 from edgeprune.devices.transports.base import Transport, open_transport
-from edgeprune.errors import DeviceUnreachableError, UserInputError
+from edgeprune.errors import DeviceUnreachableError, UserInputError, VerificationError
 from edgeprune.export import RUNTIMES, content_key, export_prepared, load_artifact, verify_artifact
 from edgeprune.importance import HeadScores, score_heads
 from edgeprune.models import adapter_for
 from edgeprune.progress import Progress
 from edgeprune.pruning import PruningPlan, apply_plan, measure_flops, plan_global_topk
 from edgeprune.pruning.compensation import HeadOutputMeans
-from edgeprune.quantize import FIT_LADDERS, FP32_RECIPE, RECIPES, Recipe, SizeModel, recipe_for_runtime
+from edgeprune.quantize import (
+    CALIBRATION_EXAMPLES,
+    FIT_LADDERS,
+    FP32_RECIPE,
+    RECIPES,
+    Recipe,
+    SizeModel,
+    recipe_for_runtime,
+)
 from edgeprune.quantize.size_model import ParameterLayout, payload_bytes
 from edgeprune.quantize.vocabulary import VocabularyMap, trim_vocabulary
 from edgeprune.report import render_html, render_markdown
@@ -350,7 +358,7 @@ class _Builder:
         proxies = self.journal.data.setdefault("proxies", {})
         if key not in proxies:
             mark = time.perf_counter()
-            quality = self.task.quality(self.pruned(shape.structure), "validation")
+            quality = self.task.batched_quality(self.pruned(shape.structure), "validation")
             proxies[key] = to_jsonable(quality)
             self.journal.save()
             self.progress.note(f"  PyTorch estimate for {shape.structure.describe()}: validation {quality.metric} "
@@ -408,7 +416,11 @@ class _Builder:
         key = content_key(model, recipe.name, example)
         self.progress.note(f"{label}: {recipe.name}, {shape.describe()}: quantize, export, verify "
                            f"({_elapsed(self.started)} into the search)")
-        quantized = recipe.apply(model)
+        calibration = None
+        if recipe.calibrated:  # real calibration inputs, as the artifact takes them
+            calibration = [self.remap(i, trimmed) for i in self.task.example_inputs("calibration",
+                                                                                    CALIBRATION_EXAMPLES)]
+        quantized = recipe.apply(model, calibration)
         exported = export_prepared(quantized, example, self.work / file_name, recipe,
                                    cache_dir=self.task.cache_dir / "exports", cache_key=key)
         if not baseline:  # the baseline's full vocabulary would miscalibrate the candidates' overhead
@@ -719,6 +731,7 @@ def _search(builder: _Builder, budget: Budget, recipes: tuple[str, ...], referen
     closed: dict[Line, str] = {}  # lines with nothing left to try, and why
     best: float | None = None
     trials: list[Trial] = []
+    rejected: set[str] = set()
     floor = budget.quality_floor(reference)
     if floor is not None and not reference.higher_is_better:
         floor = -floor
@@ -730,7 +743,7 @@ def _search(builder: _Builder, budget: Budget, recipes: tuple[str, ...], referen
     while True:
         frontier: dict[Line, Shape] = {}
         for line in space:
-            if line in closed:
+            if line in closed or line.recipe in rejected:
                 continue
             shape = _frontier(builder, line, budget, over)
             if shape is None:
@@ -758,7 +771,18 @@ def _search(builder: _Builder, budget: Budget, recipes: tuple[str, ...], referen
             break
         _, _, shape, line = min(ranked)
         recipe = RECIPES.get(line.recipe)
-        artifact = builder.candidate(recipe, shape, budget, reference, best)
+        try:
+            artifact = builder.candidate(recipe, shape, budget, reference, best)
+        except VerificationError as error:  # the recipe does not hold on this model: drop it, keep searching
+            progress.warn(f"{recipe.name} rejected: {error}")
+            for other in space:
+                if other.recipe == recipe.name:
+                    closed[other] = f"{recipe.name} rejected by verification"
+            trials.append(Trial(line.recipe, shape.heads_removed, builder.predict_bytes(shape, recipe),
+                                note=f"rejected by verification: {error}", ffn_fraction=shape.ffn_fraction,
+                                layers_removed=shape.layers_removed, trim_vocabulary=shape.trim_vocabulary))
+            rejected.add(recipe.name)
+            continue
         built[(line.recipe, shape)] = artifact
         resources = [c for c in artifact.checks if not c.name.endswith("(validation)")]
         over_budget = [c for c in resources if not c.passed and c.value is not None]
@@ -784,7 +808,11 @@ def _search(builder: _Builder, budget: Budget, recipes: tuple[str, ...], referen
                 line.recipe)), note=f"not built: {reason}", ffn_fraction=line.ffn_fraction,
                 layers_removed=line.layers_removed, trim_vocabulary=line.trim_vocabulary))
     if not any(a.meets_budget for a in built.values()):
-        _build_closest(builder, budget, reference, progress, space, built, trials)
+        usable = [line for line in space if line.recipe not in rejected]
+        if not usable:
+            raise VerificationError(f"every recipe tried ({', '.join(recipes)}) was rejected by verification on "
+                                    "this model; try another --recipe (e.g. int8)")
+        _build_closest(builder, budget, reference, progress, usable, built, trials)
     return list(built.values()), trials
 
 
@@ -982,7 +1010,7 @@ def _fmt(value: float | None) -> str:
 
 def _summary(fits: bool, fitted: BuiltArtifact, budget: Budget, binding: list[str], suggestions: list[str]) -> str:
     size = f"{fitted.file_bytes / 1e6:.2f} MB"
-    heads = f"{fitted.heads_removed} of {sum(fitted.plan['num_heads'])} heads removed"
+    heads = f"{fitted.describe()} (of {sum(fitted.plan['num_heads'])} heads)"
     measured = "; ".join(f"{c.name} {_fmt(c.value)}{(' ' + c.unit) if c.unit else ''} (limit {_fmt(c.limit)})"
                          for c in fitted.checks)
     if fits:
