@@ -392,7 +392,8 @@ def _tick_format(axes: Axes, metric: str) -> Callable[[float], str]:
 
 
 def _heads(result: FitResult) -> str:
-    return f'<div class="figures">{_heat_map(result.head_scores)}{_kept_map(result.fitted.plan)}</div>'
+    kept = _kept_map(result.fitted.plan, result.fitted.layers_removed)
+    return f'<div class="figures">{_heat_map(result.head_scores)}{kept}</div>'
 
 
 def _grid(rows: int, columns: int) -> tuple[float, float, float, float]:
@@ -443,11 +444,13 @@ def _heat_map(head_scores: dict[str, Any] | None) -> str:
     return _figure("plot-head-importance", "".join(parts), caption)
 
 
-def _kept_map(plan: dict[str, Any] | None) -> str:
+def _kept_map(plan: dict[str, Any] | None, layers_removed: list[int] | None = None) -> str:
     plan = plan or {}
+    gone = set(layers_removed or ())
     if not plan.get("num_heads") or "kept_heads" not in plan:
         return _figure("plot-kept-heads", _empty("The fitted artifact records no head plan."))
-    num_heads, kept_heads = plan["num_heads"], plan["kept_heads"]
+    num_heads = plan["num_heads"]
+    kept_heads = [[] if layer in gone else kept for layer, kept in enumerate(plan["kept_heads"])]
     heads = max(num_heads)
     cell_w, cell_h, left, top = _grid(len(num_heads), heads)
     width, height = left + heads * cell_w + 80, top + len(num_heads) * cell_h + 20
@@ -458,7 +461,8 @@ def _kept_map(plan: dict[str, Any] | None) -> str:
                     left, 12)]
     for layer, (total, kept) in enumerate(zip(num_heads, kept_heads, strict=True)):
         y = top + layer * cell_h
-        parts.append(text(left - 6, y + cell_h / 2 + 4, f"layer {layer}", "end"))
+        parts.append(text(left - 6, y + cell_h / 2 + 4, f"layer {layer}" + (" (removed)" if layer in gone else ""),
+                          "end"))
         for head in range(total):
             is_kept = head in kept
             style = f'fill="{CHOSEN}" stroke="#fff"' if is_kept else 'fill="#fff" stroke="#adb5bd"'

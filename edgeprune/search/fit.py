@@ -718,10 +718,10 @@ def _search(builder: _Builder, budget: Budget, recipes: tuple[str, ...], referen
     Per line only its *frontier* matters: the fewest heads removed that the size model (exact) and the latency
     model predict to meet the budgets, since more removal only lowers quality. Frontiers more compressed than
     another frontier or a measured candidate of an equal or higher-fidelity recipe cannot beat it and are
-    skipped; the rest are ranked by an optimistic quality bound — the PyTorch validation quality of the
-    structure, minus the smallest quantization loss measured for the recipe (or for a higher-fidelity one) —
-    and built best first. A built candidate over a resource budget moves its line's frontier (and teaches the
-    latency model); the search ends when no frontier's bound beats the best candidate meeting every budget.
+    skipped. The rest are bounded by the structure's PyTorch validation quality (plus the largest gain any
+    artifact showed over its estimate) and built in order of that estimate less the quantization loss
+    measured for the recipe. A built candidate over a resource budget moves its line's frontier (and teaches
+    the latency model); the search ends when no frontier's bound beats the best candidate meeting every budget.
     """
     order = {name: index for index, name in enumerate(recipes)}
     space = lines(recipes, builder.options.ffn_fractions, builder.layer_counts, _vocabulary_choices(builder))
@@ -759,14 +759,16 @@ def _search(builder: _Builder, budget: Budget, recipes: tuple[str, ...], referen
             elif not dominated(line.recipe, shape, others) and (line.recipe, shape) not in built:
                 contenders.append((line, shape))
         ranked = []
+        gain = _largest_gain(anchors, builder)
         for line, shape in contenders:
-            bound = _signed(builder.proxy(shape)) - _quantization_loss(line.recipe, anchors, order, builder)
-            if best is not None and bound <= best:
+            estimate = _signed(builder.proxy(shape))
+            if best is not None and estimate + gain <= best:
                 closed[line] = f"PyTorch estimate {builder.proxy(shape).value:.4f} cannot beat the best so far"
-            elif floor is not None and bound < floor:
+            elif floor is not None and estimate + gain < floor:
                 closed[line] = f"PyTorch estimate {builder.proxy(shape).value:.4f} is under the quality floor"
-            else:
-                ranked.append((-bound, order[line.recipe], shape, line))
+            else:  # most promising first: the estimate less what this recipe was seen to lose
+                expected = estimate - _quantization_loss(line.recipe, anchors, order, builder)
+                ranked.append((-expected, order[line.recipe], shape, line))
         if not ranked:
             break
         _, _, shape, line = min(ranked)
@@ -872,6 +874,15 @@ def _frontier(builder: _Builder, line: Line, budget: Budget, over: list[tuple[st
                 continue
         return shape
     return None
+
+
+def _largest_gain(anchors: list[tuple[str, Shape, BuiltArtifact]], builder: _Builder) -> float:
+    """How far above its PyTorch estimate any artifact measured (0 when none did): the bound's margin. Losses
+    are not subtracted from the bound, since they depend on the structure (int4 loses more on a narrower
+    FFN); they only order the contenders."""
+    gains = [_signed(artifact.validation_quality) - _signed(builder.proxy(shape))
+             for _, shape, artifact in anchors if artifact.validation_quality is not None]
+    return max([0.0, *gains])
 
 
 def _quantization_loss(recipe: str, anchors: list[tuple[str, Shape, BuiltArtifact]], order: dict[str, int],
