@@ -69,7 +69,7 @@ def run_grid(options: FitOptions, budgets: list[tuple[str, Budget]]) -> tuple[fl
     from edgeprune.devices.transports.base import open_transport
     from edgeprune.export import load_artifact
     from edgeprune.quantize import RECIPES
-    from edgeprune.search.fit import _Builder, _Journal, _scores, _vocabulary
+    from edgeprune.search.fit import _Builder, _choose, _Journal, _scores, _vocabulary, quality_tolerance
     from edgeprune.search.space import lines
     from edgeprune.tasks import Quality
 
@@ -91,14 +91,17 @@ def run_grid(options: FitOptions, budgets: list[tuple[str, Budget]]) -> tuple[fl
             built = [builder.candidate(RECIPES.get(line.recipe), line.shape(count), Budget(), reference)
                      for line in space for count in builder.head_counts(line.layers_removed)]
         wall = time.perf_counter() - started
-        winners = {}
-        for name, budget in budgets:
-            meeting = [c for c in built if all(check.passed for check in budget.check(
-                c.file_bytes, c.benchmark, c.validation_quality, reference))]
-            if not meeting:
+        winners: dict = {"every candidate": [
+            {"candidate": describe(c), "file_mb": c.file_bytes / 1e6, "p50_ms": c.benchmark.p50_ms,
+             "validation": c.validation_quality.value, "core_parameters": c.core_parameters} for c in built]}
+        tolerance = quality_tolerance(options, reference)
+        for name, budget in budgets:  # the same choice fit makes (ties within the tolerance: least compressed)
+            for c in built:
+                c.checks = budget.check(c.file_bytes, c.benchmark, c.validation_quality, reference)
+            best, binding, _ = _choose(built, budget, reference, tolerance)
+            if binding:
                 winners[name] = None
                 continue
-            best = max(meeting, key=lambda c: (c.validation_quality.value, -c.file_bytes))
             trimmed = best.vocabulary_size is not None
             test = task.runtime_quality(load_artifact(work / best.path), "test",
                                         (lambda inputs: builder.remap(inputs, True)) if trimmed else None).value

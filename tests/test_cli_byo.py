@@ -121,3 +121,21 @@ def test_every_bad_input_is_one_line_exit_2_and_nothing_written(tiny_bert_dir, t
         assert code == 2, f"{name}: exit {code}, {err}"
         assert err.count("\n") == 1 and err.startswith("edgeprune: error: ") and expected in err, f"{name}: {err}"
         assert not out.exists() and not list(tmp_path.glob(".fit-out.partial*")), name
+
+
+def test_the_project_file_sets_the_search_space_and_paired_flags(tmp_path, monkeypatch):
+    from edgeprune.cli import parse_with_project_file
+
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "edgeprune.toml").write_text('[fit]\ntrim-vocab = false\nffn-fractions = "0,0.5"\n'
+                                             'layer-removals = "0"\nrequire-device = true\n')
+    args = parse_with_project_file(["fit"])
+    assert args.trim_vocab is False and args.ffn_fractions == (0.0, 0.5) and args.layer_removals == (0,)
+    assert args.require_device is True
+    assert parse_with_project_file(["fit", "--trim-vocab"]).trim_vocab is True  # a flag overrides the file
+    (tmp_path / "edgeprune.toml").write_text("no-trim-vocab = true\n")
+    assert parse_with_project_file(["fit"]).trim_vocab is False
+    (tmp_path / "edgeprune.toml").write_text("trim-vocab = true\n")
+    assert parse_with_project_file(["fit"]).trim_vocab is True
+    (tmp_path / "edgeprune.toml").write_text("")
+    assert parse_with_project_file(["fit"]).trim_vocab is None  # searched both ways

@@ -1,6 +1,8 @@
 """How fit chooses among the candidates it built: best validation quality within every budget, the Pareto
 front, and what it says when nothing fits."""
 
+import pytest
+
 from edgeprune.export.verify import Verification
 from edgeprune.search.budget import Budget
 from edgeprune.search.fit import _choose, pareto_front
@@ -62,3 +64,21 @@ def test_pareto_front_keeps_only_candidates_nothing_beats_on_every_axis():
     unmeasured = candidate("u", 1, 1, 0.99)
     unmeasured.benchmark = None
     assert "u" not in pareto_front([best_quality, unmeasured], budget)
+
+
+def test_qualities_within_the_tolerance_tie_and_the_least_compressed_wins():
+    from edgeprune.search.fit import FitOptions, quality_tolerance
+
+    budget = Budget(max_mb=20)
+    pruned = candidate("pruned", 15, 8, 0.973, heads_removed=8)
+    pruned.core_parameters = 8_000_000
+    whole = candidate("whole", 18, 9, 0.970)
+    whole.core_parameters = 10_000_000
+    assert _choose(checked(budget, pruned, whole), budget, REFERENCE)[0] is pruned  # no tolerance: the best value
+    assert _choose(checked(budget, pruned, whole), budget, REFERENCE, 0.005)[0] is whole
+    assert _choose(checked(budget, pruned, whole), budget, REFERENCE, 0.002)[0] is pruned  # 0.003 apart: no tie
+    # the default: one standard error of the teacher's validation accuracy; none for other metrics
+    reference = Quality("accuracy", 0.97, split="validation", examples=335)
+    assert quality_tolerance(FitOptions(), reference) == pytest.approx((0.97 * 0.03 / 335) ** 0.5)
+    assert quality_tolerance(FitOptions(quality_tolerance=0.0), reference) == 0.0
+    assert quality_tolerance(FitOptions(), Quality("cosine", 0.97, split="validation", examples=335)) == 0.0

@@ -49,6 +49,9 @@ def defaults_for(verb: str, subparser: argparse.ArgumentParser, verbs: list[str]
                  data: dict[str, Any]) -> dict[str, Any]:
     """Option defaults for `verb` from the project file, converted and checked like the flags."""
     actions = {a.dest: a for a in subparser._actions if a.option_strings and a.dest != "help"}
+    # paired flags such as --trim-vocab / --no-trim-vocab share a destination: the key names the flag
+    actions.update({_dest(option[2:]): a for a in subparser._actions for option in a.option_strings
+                    if type(a) is argparse._StoreConstAction and option.startswith("--")})
     defaults: dict[str, Any] = {}
     for key, value in data.items():
         if isinstance(value, dict):
@@ -56,17 +59,19 @@ def defaults_for(verb: str, subparser: argparse.ArgumentParser, verbs: list[str]
                 raise UserInputError(f"{path}: [{key}] is not a verb; tables may be one of: {', '.join(verbs)}")
             if key == verb:
                 for inner, inner_value in value.items():
-                    defaults[_dest(inner)] = _convert(path, f"{key}.{inner}", actions, _dest(inner), inner_value,
-                                                      required=True)
+                    target = actions[_dest(inner)].dest if _dest(inner) in actions else _dest(inner)
+                    defaults[target] = _convert(path, f"{key}.{inner}", actions, _dest(inner), inner_value,
+                                                required=True)
             continue
         dest = _dest(key)
         if dest in actions:
-            defaults[dest] = _convert(path, key, actions, dest, value, required=False)
+            defaults[actions[dest].dest] = _convert(path, key, actions, dest, value, required=False)
     return defaults
 
 
 def unknown_top_level_keys(path: Path, data: dict[str, Any], parsers: dict[str, argparse.ArgumentParser]) -> None:
     known = {a.dest for p in parsers.values() for a in p._actions if a.option_strings and a.dest != "help"}
+    known |= {_dest(o[2:]) for p in parsers.values() for a in p._actions for o in a.option_strings if o[:2] == "--"}
     for key, value in data.items():
         if not isinstance(value, dict) and _dest(key) not in known:
             raise UserInputError(f"{path}: unknown key {key!r}; keys are the long options of the verbs, e.g. "
@@ -89,6 +94,10 @@ def _convert(path: Path, key: str, actions: dict[str, argparse.Action], dest: st
         if not isinstance(value, bool):
             raise UserInputError(f"{path}: {key} must be true or false, got {value!r}")
         return value
+    if type(action) is argparse._StoreConstAction:  # one of a pair: trim-vocab = true / false
+        if not isinstance(value, bool):
+            raise UserInputError(f"{path}: {key} must be true or false, got {value!r}")
+        return action.const if value else (not action.const if isinstance(action.const, bool) else action.default)
     if isinstance(action, argparse._AppendAction):
         values = value if isinstance(value, list) else [value]
         return [_typed(path, key, action, item) for item in values]

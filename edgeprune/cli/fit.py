@@ -60,6 +60,9 @@ def add_parsers(verbs: argparse._SubParsersAction) -> None:
                      "0 turns FFN removal off)")
     fit.add_argument("--layer-removals", type=number_list(int, "0,1,2"), default=(0, 1, 2), metavar="N,N",
                      help="numbers of whole layers the search may remove (default: 0,1,2; 0 turns it off)")
+    fit.add_argument("--quality-tolerance", type=float, metavar="Q",
+                     help="validation qualities this close are a tie, won by the less compressed candidate "
+                     "(default: one standard error of the dense model's validation accuracy; 0 for other metrics)")
     fit.add_argument("--require-device", action="store_true",
                      help="exit 5 when the device is unreachable instead of fitting on estimated figures")
     fit.add_argument("--criterion", default="fluctuation", help="head importance criterion (default: fluctuation)")
@@ -101,7 +104,8 @@ def run_fit(args: argparse.Namespace) -> int:
                          scoring_examples=args.scoring_examples, runtime=runtime,
                          recipes=tuple(args.recipe) if args.recipe else None, trim_vocabulary=args.trim_vocab,
                          recover_steps=args.recover_steps, ffn_fractions=args.ffn_fractions,
-                         layer_removals=args.layer_removals, require_device=args.require_device)
+                         layer_removals=args.layer_removals, require_device=args.require_device,
+                         quality_tolerance=args.quality_tolerance)
     out = args.resume if args.resume is not None else args.out
     result = fit_task(task, profile, budget, out, options, task.progress, resume=args.resume is not None)
     if args.json:

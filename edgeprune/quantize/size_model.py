@@ -40,6 +40,11 @@ class ParameterLayout:
                 counted.add(id(module.weight))
         return cls(tuple(matrices), sum(p.numel() for p in model.parameters() if id(p) not in counted))
 
+    @property
+    def core_parameters(self) -> int:
+        """Parameters outside the embedding tables (linear weights and everything else)."""
+        return sum(rows * cols for kind, rows, cols in self.matrices if kind == "linear") + self.other_parameters
+
 
 def payload_bytes(model: "nn.Module | ParameterLayout", recipe: Recipe) -> int:
     """Bytes of weights the recipe stores for `model` (an unquantized module, or its layout)."""

@@ -1,14 +1,13 @@
-"""`fit`: score heads once, then search recipe × heads removed for the best quality that meets every budget.
+"""`fit`: search the space of compressed candidates for the best validation quality that meets every budget.
 
-Policy. Size, latency, memory and energy fall as heads go, and quality falls with them; so within a
-recipe the best candidate is the one with the fewest heads removed that meets the resource budgets.
-The exact size model rejects counts that cannot fit before any export; a latency model fitted to the
-device's measurements as they arrive skips counts predicted to be too slow; a real export and a real
-benchmark settle each count that is tried, and the search narrows between the largest count known to
-fail and the smallest known to pass. Every recipe of the ladder that can still win is searched (a
-lower-fidelity recipe cannot win once a higher one meets the budgets with no head removed), and the
-candidate with the best validation quality that meets every budget wins. The test split only measures
-the winner and the dense baseline; it never takes part in a decision.
+A candidate is a recipe (quantization + runtime) applied to a structure: heads removed, FFN neurons removed,
+layers removed, vocabulary trimmed (`edgeprune.search.space`). Cheap first: the exact size model and a
+latency model fitted to the device's measurements say which structures can fit; the PyTorch validation
+quality of a structure (seconds) bounds what its artifacts can reach; only candidates that can still win
+are exported, verified and evaluated through the runtime, and only those that can still win after that are
+benchmarked on the device. Validation qualities within a tolerance (one standard error by default) are a
+tie, which the least compressed candidate wins. The test split only measures the winner and the dense
+baseline; it never takes part in a decision.
 
 Each finished candidate is journaled in the hidden work folder, so `resume=True` continues an
 interrupted fit without redoing anything finished; the output folder appears only when complete.
@@ -18,6 +17,7 @@ import copy
 import dataclasses
 import hashlib
 import json
+import math
 import os
 import shlex
 import shutil
@@ -91,6 +91,9 @@ class FitOptions:
     layer_removals: tuple[int, ...] = (0, 1, 2)  # whole layers removed (the most redundant consecutive block)
     head_step: int | None = None  # heads removed go in multiples of this; None: the number of layers
     require_device: bool = False  # fail when the device is unreachable instead of estimating its figures
+    # validation qualities this close count as equal, and the less compressed candidate wins; None: one standard
+    # error of the dense teacher's validation accuracy (accuracy-like metrics), else 0
+    quality_tolerance: float | None = None
     bench_warmup: int = 5
     bench_runs: int = 30
     recover_steps: int = 0  # > 0: distil each pruned candidate from the dense teacher for this many steps
@@ -111,6 +114,9 @@ class FitOptions:
             raise UserInputError("recover_steps must be >= 0 (0: no recovery) and recovery_batch_size >= 1")
         self.ffn_fractions = parse_fractions(self.ffn_fractions)
         self.layer_removals = parse_layer_counts(self.layer_removals)
+        if self.quality_tolerance is not None and not 0 <= self.quality_tolerance < 1:
+            raise UserInputError(f"quality_tolerance must be >= 0 (in the task metric's units), got "
+                                 f"{self.quality_tolerance}")
         if self.head_step is not None and self.head_step < 1:
             raise UserInputError(f"head_step must be >= 1, got {self.head_step}")
         if self.recover_steps and self.trim_vocabulary:
@@ -337,6 +343,11 @@ class _Builder:
                                       lambda end: payload_bytes(self._layouts[end], recipe)))
         return int(payload) + self.size_model.overhead(recipe)
 
+    def core_parameters(self, shape: Shape) -> int:
+        """Parameters outside the embedding tables: how much of the network itself a shape keeps."""
+        self.predict_bytes(shape, RECIPES.get(FP32_RECIPE[self.runtime]))  # measures the layouts of the line's ends
+        return int(self._interpolated({}, (), shape, lambda end: self._layouts[end].core_parameters))
+
     def flops(self, shape: Shape) -> int:
         inputs = dict(zip(self.task.input_names, self.example, strict=True))
         return int(self._interpolated(self._flops, (), shape.structure,
@@ -374,8 +385,8 @@ class _Builder:
     def candidate(self, recipe: Recipe, shape: Shape, budget: Budget, reference: Quality,
                   best: float | None = None) -> BuiltArtifact:
         """Build one candidate (or take it from the journal); measure its validation quality through the runtime
-        when its file fits, and benchmark it on the device only when it can still beat `best` (the best
-        validation quality, signed so higher is better, of a candidate meeting every budget so far)."""
+        when its file fits, and benchmark it on the device only when its quality (signed so higher is better)
+        exceeds `best`, what it takes to replace the best candidate so far (None: there is none)."""
         key = f"{recipe.name}:{shape.key}"
         saved = self.journal.artifact(key)
         if saved is not None and (self.work / saved.path).is_file():
@@ -440,6 +451,7 @@ class _Builder:
             vocabulary_size=len(self.vocabulary.kept_ids) if trimmed and self.vocabulary else None,
             export_seconds=round(exported.export_seconds, 2), cached_export=exported.cached,
             ffn_fraction=shape.ffn_fraction, layers_removed=self.removed_layers(shape.layers_removed),
+            core_parameters=ParameterLayout.of(model).core_parameters,
         )
 
     @staticmethod
@@ -580,7 +592,8 @@ def fit_task(
             timings["search"] = time.perf_counter() - mark
 
         mark = time.perf_counter()
-        fitted, binding, suggestions = _choose(candidates, budget, teacher.validation)
+        fitted, binding, suggestions = _choose(candidates, budget, teacher.validation,
+                                               quality_tolerance(options, teacher.validation))
         _keep_only(fitted, candidates, work)
         for artifact in (dense, fitted):
             run = load_artifact(work / artifact.path)
@@ -729,7 +742,8 @@ def _search(builder: _Builder, budget: Budget, recipes: tuple[str, ...], referen
     over: list[tuple[str, Shape]] = []  # measured over a resource budget
     anchors: list[tuple[str, Shape, BuiltArtifact]] = []  # measured, not over: nothing more compressed beats them
     closed: dict[Line, str] = {}  # lines with nothing left to try, and why
-    best: float | None = None
+    tolerance = quality_tolerance(builder.options, reference)
+    incumbent: BuiltArtifact | None = None
     trials: list[Trial] = []
     rejected: set[str] = set()
     floor = budget.quality_floor(reference)
@@ -746,9 +760,7 @@ def _search(builder: _Builder, budget: Budget, recipes: tuple[str, ...], referen
             if line in closed or line.recipe in rejected:
                 continue
             shape = _frontier(builder, line, budget, over)
-            if shape is None:
-                closed[line] = "the size or latency model predicts every head count over budget"
-            else:
+            if shape is not None:
                 frontier[line] = shape
         contenders = []
         settled = [(r, s) for r, s, _ in anchors]
@@ -762,7 +774,8 @@ def _search(builder: _Builder, budget: Budget, recipes: tuple[str, ...], referen
         gain = _largest_gain(anchors, builder)
         for line, shape in contenders:
             estimate = _signed(builder.proxy(shape))
-            if best is not None and estimate + gain <= best:
+            threshold = _threshold(incumbent, shape, builder, tolerance)
+            if threshold is not None and estimate + gain <= threshold:
                 closed[line] = f"PyTorch estimate {builder.proxy(shape).value:.4f} cannot beat the best so far"
             elif floor is not None and estimate + gain < floor:
                 closed[line] = f"PyTorch estimate {builder.proxy(shape).value:.4f} is under the quality floor"
@@ -774,7 +787,8 @@ def _search(builder: _Builder, budget: Budget, recipes: tuple[str, ...], referen
         _, _, shape, line = min(ranked)
         recipe = RECIPES.get(line.recipe)
         try:
-            artifact = builder.candidate(recipe, shape, budget, reference, best)
+            artifact = builder.candidate(recipe, shape, budget, reference,
+                                         _threshold(incumbent, shape, builder, tolerance))
         except VerificationError as error:  # the recipe does not hold on this model: drop it, keep searching
             progress.warn(f"{recipe.name} rejected: {error}")
             for other in space:
@@ -800,10 +814,12 @@ def _search(builder: _Builder, budget: Budget, recipes: tuple[str, ...], referen
             progress.note(f"  over budget ({failed}): compressing further")
         else:
             anchors.append((line.recipe, shape, artifact))
-            if artifact.meets_budget:
-                best = max(best if best is not None else float("-inf"), _signed(artifact.validation_quality))
-        _note_best(progress, built.values(), builder.started)
-    for line, reason in closed.items():
+            incumbent = _incumbent(built.values(), tolerance)
+        _note_best(progress, incumbent, builder.started)
+    for line in space:  # what stopped each line that never built a candidate
+        reason = closed.get(line) or ("a less compressed candidate of an equal or higher-fidelity recipe was "
+                                      "preferred" if line in frontier else
+                                      "the size or latency model predicts every head count over budget")
         if not any(r == line.recipe and _on_line(s, line) for r, s in built):
             shape = line.shape(builder.head_counts(line.layers_removed)[-1])
             trials.append(Trial(line.recipe, shape.heads_removed, builder.predict_bytes(shape, RECIPES.get(
@@ -844,6 +860,18 @@ def _build_closest(builder: _Builder, budget: Budget, reference: Quality, progre
                         ffn_fraction=shape.ffn_fraction, layers_removed=shape.layers_removed,
                         trim_vocabulary=shape.trim_vocabulary))
     built[(recipe, shape)] = artifact
+
+
+def _threshold(incumbent: BuiltArtifact | None, shape: Shape, builder: _Builder, tolerance: float) -> float | None:
+    """The signed validation quality a candidate must exceed to replace the incumbent: a tie is enough for a
+    less compressed one (the order `_incumbent` breaks ties in), a more compressed one must be better by more
+    than the tolerance."""
+    if incumbent is None:
+        return None
+    quality = _signed(incumbent.validation_quality)
+    less_compressed = ((builder.core_parameters(shape), not shape.trim_vocabulary)
+                       > (incumbent.core_parameters, incumbent.vocabulary_size is None))
+    return quality - tolerance if less_compressed else quality + tolerance
 
 
 def _vocabulary_choices(builder: _Builder) -> tuple[bool, ...]:
@@ -900,15 +928,37 @@ def _quantization_loss(recipe: str, anchors: list[tuple[str, Shape, BuiltArtifac
     return max(higher, default=0.0)
 
 
-def _choose(candidates: list[BuiltArtifact], budget: Budget,
-            reference: Quality) -> tuple[BuiltArtifact, list[str], list[str]]:
-    """The best validation quality among candidates meeting every budget; else the closest, with what binds."""
+def quality_tolerance(options: FitOptions, reference: Quality) -> float:
+    """Validation qualities closer than this are a tie: one standard error of the dense teacher's validation
+    accuracy (sqrt(p(1 - p) / n), about 3 of 335 documents on minilm-bbc) unless set."""
+    if options.quality_tolerance is not None:
+        return options.quality_tolerance
+    if reference.metric in ACCURACY_METRICS and reference.examples:
+        p = min(max(reference.value, 0.0), 1.0)
+        return math.sqrt(p * (1 - p) / reference.examples)
+    return 0.0
+
+
+def _incumbent(candidates: Any, tolerance: float) -> BuiltArtifact | None:
+    """The candidate `fit` would choose now: among those meeting every budget, the ones within `tolerance` of
+    the best validation quality are tied, and the least compressed of them (most parameters outside the
+    embedding tables, then the full vocabulary) wins."""
     meeting = [c for c in candidates if c.meets_budget and c.validation_quality is not None]
-    if meeting:
-        better = reference.higher_is_better
-        # a candidate left unbenchmarked could not beat the benchmarked one it ties with
-        best = max(meeting, key=lambda c: (c.validation_quality.value if better else -c.validation_quality.value,
-                                           c.benchmark is not None, -c.file_bytes))
+    if not meeting:
+        return None
+    top = max(_signed(c.validation_quality) for c in meeting)
+    tied = [c for c in meeting if _signed(c.validation_quality) >= top - tolerance]
+    # a candidate left unbenchmarked could not beat the benchmarked one it ties with
+    return max(tied, key=lambda c: (c.core_parameters, c.vocabulary_size is None, _signed(c.validation_quality),
+                                    c.benchmark is not None, -c.file_bytes))
+
+
+def _choose(candidates: list[BuiltArtifact], budget: Budget, reference: Quality,
+            tolerance: float = 0.0) -> tuple[BuiltArtifact, list[str], list[str]]:
+    """The best validation quality among candidates meeting every budget (ties within `tolerance` go to the
+    least compressed); else the closest, with what binds."""
+    best = _incumbent(candidates, tolerance)
+    if best is not None:
         best.label = "fitted"
         return best, [], []
     closest = min(candidates, key=lambda c: (sum(not check.passed for check in c.checks), c.file_bytes))
@@ -1005,10 +1055,8 @@ def _outputs(task: Task) -> list[dict[str, str]]:
     return outputs
 
 
-def _note_best(progress: Progress, built: Any, started: float) -> None:
-    meeting = [a for a in built if a.meets_budget and a.benchmark is not None]
-    if meeting:
-        best = max(meeting, key=lambda a: _signed(a.validation_quality))
+def _note_best(progress: Progress, best: BuiltArtifact | None, started: float) -> None:
+    if best is not None:
         progress.note(f"  best so far: {best.recipe}, {best.describe()}, {best.file_bytes / 1e6:.2f} MB, validation "
                       f"{best.validation_quality.metric} {best.validation_quality.value:.4f} ({_elapsed(started)})")
     else:

@@ -54,6 +54,7 @@ class BuiltArtifact:
     ffn_fraction: float = 0.0  # of each kept layer's FFN neurons removed
     layers_removed: list[int] = field(default_factory=list)  # the teacher's layers that were dropped
     note: str = ""  # why it was not evaluated or benchmarked, when it was not
+    core_parameters: int = 0  # parameters outside the embedding tables (ties go to the candidate keeping most)
 
     @property
     def heads_removed(self) -> int:
