@@ -29,6 +29,17 @@ def _int8_file_bytes(model_dir, heads_removed_per_layer, tmp_path):
     return export(model, inputs, tmp_path / "probe.pte", "int8").size_bytes
 
 
+def assert_fit_chose_right(result):
+    """The winner meets the budget and is within the tie tolerance of the best validation quality that does;
+    of those within it, none keeps more of the network (parameters outside the embedding tables)."""
+    meeting = [c for c in result["candidates"] if all(check["passed"] for check in c["checks"])]
+    fitted, tolerance = result["fitted"], result["quality_tolerance"]
+    top = max(c["validation_quality"]["value"] for c in meeting)
+    assert 0 < tolerance < 0.1 and fitted["validation_quality"]["value"] >= top - tolerance
+    tied = [c for c in meeting if c["validation_quality"]["value"] >= top - tolerance]
+    assert fitted["core_parameters"] == max(c["core_parameters"] for c in tied)
+
+
 def result_labels(out):
     return json.loads((out / "result.json").read_text())["task"]["labels"]
 
@@ -60,9 +71,7 @@ def test_fit_removes_heads_until_the_artifact_fits(small_bert_dir, tmp_path, cap
     assert all(n >= 4 for n, c in int8.items() if all(check["passed"] for check in c["checks"]))
     fewer = [t for t in result["trials"] if t["recipe"] == "int8" and t["heads_removed"] < 4 and t["file_bytes"]]
     assert all(t["file_bytes"] > budget_mb * 1e6 and t["fits"] is False for t in fewer)
-    # the winner has the best validation accuracy among the candidates that meet the budget
-    meeting = [c for c in result["candidates"] if all(check["passed"] for check in c["checks"])]
-    assert fitted["validation_quality"]["value"] == max(c["validation_quality"]["value"] for c in meeting)
+    assert_fit_chose_right(result)
     assert fitted["label"] == "fitted" and "model.pte" in result["pareto"]  # nothing beats it on every axis
     for artifact in (result["dense"], fitted):
         bench = artifact["benchmark"]
@@ -124,8 +133,7 @@ def test_the_search_spans_ffn_width_layers_and_vocabulary(small_bert_dir, tmp_pa
     assert len(built) == len(result["candidates"]) < 8  # of 2 FFN × 2 layer counts × 2 vocabularies × 3–7 counts
     fitted = result["fitted"]
     assert fitted["file_bytes"] <= budget_mb * 1e6 and fitted["benchmark"]["measured"]
-    meeting = [c for c in result["candidates"] if all(check["passed"] for check in c["checks"])]
-    assert fitted["validation_quality"]["value"] == max(c["validation_quality"]["value"] for c in meeting)
+    assert_fit_chose_right(result)
     report = (out / "report.md").read_text()
     assert "| structure |" in report and "PyTorch estimate" in report
 

@@ -53,7 +53,8 @@ def render_markdown(result: FitResult) -> str:
         f"**{result.status}** — {result.message}",
         "",
         *_budget_table(result),
-        f"Elapsed {result.elapsed_s:.0f} s.",
+        f"Elapsed {result.elapsed_s:.0f} s. Validation qualities within {result.quality_tolerance:.4f} of the best "
+        "counted as a tie, won by the least compressed candidate.",
         "",
         f"| | dense ({dense.recipe}, {Path(dense.path).suffix}) | fitted |",
         "|---|---|---|",

@@ -592,8 +592,8 @@ def fit_task(
             timings["search"] = time.perf_counter() - mark
 
         mark = time.perf_counter()
-        fitted, binding, suggestions = _choose(candidates, budget, teacher.validation,
-                                               quality_tolerance(options, teacher.validation))
+        tolerance = quality_tolerance(options, teacher.validation)
+        fitted, binding, suggestions = _choose(candidates, budget, teacher.validation, tolerance)
         _keep_only(fitted, candidates, work)
         for artifact in (dense, fitted):
             run = load_artifact(work / artifact.path)
@@ -617,7 +617,7 @@ def fit_task(
             candidates=candidates, pareto=pareto_front(candidates, budget), teacher_quality=teacher.test,
             binding_budgets=binding, suggestions=suggestions,
             per_class_regressions=per_class_regressions(dense.quality.details, fitted.quality.details),
-            shipped_files=shipped, device_profile=_profile_facts(profile),
+            shipped_files=shipped, device_profile=_profile_facts(profile), quality_tolerance=round(tolerance, 6),
         )
         write_json_atomic(work / "result.json", to_jsonable(result))
         write_text_atomic(work / "report.md", render_markdown(result))

@@ -93,6 +93,7 @@ class FitResult:
     per_class_regressions: list[dict[str, Any]] = field(default_factory=list)  # fitted vs dense teacher, test split
     shipped_files: list[str] = field(default_factory=list)  # what the app needs next to the artifact
     device_profile: dict[str, Any] = field(default_factory=dict)  # hardware and runtime facts of the profile
+    quality_tolerance: float = 0.0  # validation qualities this close were a tie, won by the least compressed
 
     @property
     def fits(self) -> bool:
