@@ -216,6 +216,7 @@ class _Builder:
         self._layouts: dict[Shape, ParameterLayout] = {}  # shapes at 0 and at all removable heads removed
         self._payload: dict[tuple, int] = {}  # (recipe, such a shape) → payload bytes
         self._flops: dict[tuple, int] = {}
+        self._core: dict[tuple, int] = {}  # shapes at the ends of a line → parameters outside the embeddings
         self._recovered: dict[int, nn.Module] = {}  # heads removed → recovered model, reused by later candidates
         self.means = self._head_means() if options.compensate else None
         self.started = time.perf_counter()
@@ -346,7 +347,7 @@ class _Builder:
     def core_parameters(self, shape: Shape) -> int:
         """Parameters outside the embedding tables: how much of the network itself a shape keeps."""
         self.predict_bytes(shape, RECIPES.get(FP32_RECIPE[self.runtime]))  # measures the layouts of the line's ends
-        return int(self._interpolated({}, (), shape, lambda end: self._layouts[end].core_parameters))
+        return int(self._interpolated(self._core, (), shape, lambda end: self._layouts[end].core_parameters))
 
     def flops(self, shape: Shape) -> int:
         inputs = dict(zip(self.task.input_names, self.example, strict=True))
@@ -453,11 +454,6 @@ class _Builder:
             ffn_fraction=shape.ffn_fraction, layers_removed=self.removed_layers(shape.layers_removed),
             core_parameters=ParameterLayout.of(model).core_parameters,
         )
-
-    @staticmethod
-    def shape_of(artifact: BuiltArtifact) -> Shape:
-        return Shape(artifact.heads_removed, artifact.ffn_fraction, len(artifact.layers_removed),
-                     artifact.vocabulary_size is not None)
 
     def evaluate(self, artifact: BuiltArtifact) -> None:
         """Validation quality through the runtime: what the search decides on."""
