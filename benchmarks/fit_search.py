@@ -69,7 +69,10 @@ def run_grid(options: FitOptions, budgets: list[tuple[str, Budget]]) -> tuple[fl
     from edgeprune.devices.transports.base import open_transport
     from edgeprune.export import load_artifact
     from edgeprune.quantize import RECIPES
-    from edgeprune.search.fit import _Builder, _choose, _Journal, _scores, _vocabulary, quality_tolerance
+    from edgeprune.search.builder import CandidateBuilder
+    from edgeprune.search.choice import choose, quality_tolerance
+    from edgeprune.search.fit import journaled_head_scores, vocabulary_for
+    from edgeprune.search.journal import Journal
     from edgeprune.search.space import lines
     from edgeprune.tasks import Quality
 
@@ -79,14 +82,15 @@ def run_grid(options: FitOptions, budgets: list[tuple[str, Budget]]) -> tuple[fl
         started = time.perf_counter()
         task = cold_task(work / "cache")
         teacher = task.teacher()
-        journal = _Journal(work / "journal.json", "grid", resume=False)
-        scores = _scores(task, teacher.model, options, Progress(enabled=False), journal).normalize_per_layer(
+        journal = Journal(work / "journal.jsonl", {"grid": True}, resume=False)
+        quiet = Progress(enabled=False)
+        scores = journaled_head_scores(task, teacher.model, options, quiet, journal).normalize_per_layer(
             options.normalize)
-        vocabulary = _vocabulary(task, options, Progress(enabled=False))
+        vocabulary = vocabulary_for(task, options, Progress(enabled=False))
         reference: Quality = teacher.validation
         with open_transport(profile.endpoint, profile.python) as link:
-            builder = _Builder(teacher.model, scores, task, options, work, Progress(), "executorch", profile, link,
-                               journal, vocabulary)
+            builder = CandidateBuilder(teacher.model, scores, task, options, work, Progress(), "executorch", profile,
+                                       link, journal, vocabulary)
             space = lines(options.recipes, options.ffn_fractions, builder.layer_counts, (False, True))
             built = [builder.candidate(RECIPES.get(line.recipe), line.shape(count), Budget(), reference)
                      for line in space for count in builder.head_counts(line.layers_removed)]
@@ -98,7 +102,7 @@ def run_grid(options: FitOptions, budgets: list[tuple[str, Budget]]) -> tuple[fl
         for name, budget in budgets:  # the same choice fit makes (ties within the tolerance: least compressed)
             for c in built:
                 c.checks = budget.check(c.file_bytes, c.benchmark, c.validation_quality, reference)
-            best, binding, _ = _choose(built, budget, reference, tolerance)
+            best, binding, _ = choose(built, budget, reference, tolerance)
             if binding:
                 winners[name] = None
                 continue

@@ -33,3 +33,11 @@ class DeviceUnreachableError(EdgepruneError):
     """A device could not be reached, refused its host key, or dropped the connection twice. Exit code 5."""
 
     exit_code = 5
+
+
+class Interrupted(KeyboardInterrupt, EdgepruneError):
+    """Ctrl-C during long work, with where the finished part was kept. Exit code 130 (128 + SIGINT).
+
+    Still a KeyboardInterrupt, so Python callers that stop on Ctrl-C keep doing so."""
+
+    exit_code = 130

@@ -5,7 +5,7 @@ import pytest
 
 from edgeprune.export.verify import Verification
 from edgeprune.search.budget import Budget
-from edgeprune.search.fit import _choose, pareto_front
+from edgeprune.search.choice import choose, pareto_front
 from edgeprune.search.result import BuiltArtifact
 from edgeprune.tasks.base import Quality
 from tests.test_budget import bench
@@ -33,20 +33,20 @@ def test_the_best_quality_within_every_budget_wins_not_the_smallest():
     big_slow = candidate("a", 25, 12, 0.97)
     good = candidate("b", 19, 9, 0.95, heads_removed=4)
     small = candidate("c", 12, 6, 0.90, heads_removed=12, recipe="int4")
-    fitted, binding, suggestions = _choose(checked(budget, big_slow, good, small), budget, REFERENCE)
+    fitted, binding, suggestions = choose(checked(budget, big_slow, good, small), budget, REFERENCE)
     assert fitted is good and fitted.label == "fitted" and binding == [] and suggestions == []
 
 
 def test_a_quality_floor_rules_out_candidates_that_meet_the_resources():
     budget = Budget(max_mb=20, min_quality="-2%")
-    fitted, binding, _ = _choose(checked(budget, candidate("a", 19, 9, 0.90), candidate("b", 15, 8, 0.80)),
+    fitted, binding, _ = choose(checked(budget, candidate("a", 19, 9, 0.90), candidate("b", 15, 8, 0.80)),
                                  budget, REFERENCE)
     assert binding == ["min accuracy (validation)"] and fitted.label == "closest"
 
 
 def test_nothing_fits_names_the_binding_budget_and_what_would_fit():
     budget = Budget(max_mb=10, max_latency_ms=5)
-    fitted, binding, suggestions = _choose(checked(budget, candidate("a", 12, 8, 0.9), candidate("b", 11, 7, 0.8)),
+    fitted, binding, suggestions = choose(checked(budget, candidate("a", 12, 8, 0.9), candidate("b", 11, 7, 0.8)),
                                            budget, REFERENCE)
     assert fitted.path == "b" and fitted.label == "closest"  # same number of failed budgets: the smaller file
     assert binding == ["latency p50", "size"]
@@ -67,16 +67,17 @@ def test_pareto_front_keeps_only_candidates_nothing_beats_on_every_axis():
 
 
 def test_qualities_within_the_tolerance_tie_and_the_least_compressed_wins():
-    from edgeprune.search.fit import FitOptions, quality_tolerance
+    from edgeprune.search.choice import quality_tolerance
+    from edgeprune.search.options import FitOptions
 
     budget = Budget(max_mb=20)
     pruned = candidate("pruned", 15, 8, 0.973, heads_removed=8)
     pruned.core_parameters = 8_000_000
     whole = candidate("whole", 18, 9, 0.970)
     whole.core_parameters = 10_000_000
-    assert _choose(checked(budget, pruned, whole), budget, REFERENCE)[0] is pruned  # no tolerance: the best value
-    assert _choose(checked(budget, pruned, whole), budget, REFERENCE, 0.005)[0] is whole
-    assert _choose(checked(budget, pruned, whole), budget, REFERENCE, 0.002)[0] is pruned  # 0.003 apart: no tie
+    assert choose(checked(budget, pruned, whole), budget, REFERENCE)[0] is pruned  # no tolerance: the best value
+    assert choose(checked(budget, pruned, whole), budget, REFERENCE, 0.005)[0] is whole
+    assert choose(checked(budget, pruned, whole), budget, REFERENCE, 0.002)[0] is pruned  # 0.003 apart: no tie
     # the default: one standard error of the teacher's validation accuracy; none for other metrics
     reference = Quality("accuracy", 0.97, split="validation", examples=335)
     assert quality_tolerance(FitOptions(), reference) == pytest.approx((0.97 * 0.03 / 335) ** 0.5)

@@ -5,7 +5,9 @@ from edgeprune.devices import load_profile
 from edgeprune.importance import score_heads
 from edgeprune.models import adapter_for
 from edgeprune.progress import Progress
-from edgeprune.search.fit import FitOptions, _Builder, _Journal
+from edgeprune.search.builder import CandidateBuilder
+from edgeprune.search.journal import Journal
+from edgeprune.search.options import FitOptions
 from edgeprune.tasks import make_task
 from tests._byo import topic_rows, write_csv
 from tests.test_fit_resume_and_budgets import Recorder
@@ -17,8 +19,8 @@ def test_a_more_pruned_candidate_reuses_the_previous_recovered_weights(tiny_bert
     teacher = task.teacher().model
     scores = score_heads(teacher, task.batches("calibration", 8), "taylor", loss_fn=task.loss).normalize_per_layer()
     notes = Recorder()
-    builder = _Builder(teacher, scores, task, FitOptions(recover_steps=3, scoring_examples=8), tmp_path, notes,
-                       "executorch", load_profile("host"), None, _Journal(tmp_path / "journal.json", "t", False))
+    builder = CandidateBuilder(teacher, scores, task, FitOptions(recover_steps=3, scoring_examples=8), tmp_path, notes,
+                       "executorch", load_profile("host"), None, Journal(tmp_path / "journal.jsonl", {}, False))
     first = builder.recovered(builder.plan(3))
     assert not any("recovering from" in n for n in notes.notes)
     assert any(n.strip().startswith("recovered in") for n in notes.notes)

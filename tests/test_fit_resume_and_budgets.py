@@ -8,7 +8,8 @@ import pytest
 from edgeprune.cli import main
 from edgeprune.progress import Progress
 from edgeprune.search import Budget
-from edgeprune.search.fit import FitOptions, fit, work_dir_for
+from edgeprune.search.fit import FitOptions, fit
+from edgeprune.search.journal import work_dir_for
 from edgeprune.tasks import bundled_task
 from tests.test_fit_integration import FAST, _int8_file_bytes
 
@@ -42,9 +43,11 @@ def test_an_interrupted_fit_resumes_from_its_last_finished_candidate(small_bert_
     with pytest.raises(KeyboardInterrupt):
         fit(task(), device="host", budget=budget, out=out, options=options, progress=interrupted)
     assert not out.exists()  # nothing that looks complete
-    journal = json.loads((work_dir_for(out) / "journal.json").read_text())
-    finished = sorted(set(journal["candidates"]) - {"dense"})
-    assert "dense" in journal["candidates"] and finished and journal["scores"] is not None
+    records = [json.loads(line) for line in (work_dir_for(out) / "journal.jsonl").read_text().splitlines()]
+    candidates = {r["candidate"] for r in records if "candidate" in r}
+    finished = sorted(candidates - {"dense"})
+    assert "dense" in candidates and finished and any("scores" in r for r in records)
+    assert records[-1]["stopped"] == "interrupted"
 
     resumed = Recorder()
     result = fit(task(), device="host", budget=budget, out=out, options=options, progress=resumed, resume=True)
@@ -56,7 +59,8 @@ def test_an_interrupted_fit_resumes_from_its_last_finished_candidate(small_bert_
     for key, count in counts.items():
         assert f"candidate {key.split(':')[0]}, {count} heads removed: finished before (resumed)" in resumed.notes
     assert not any(n.startswith("dense baseline:") for n in resumed.notes)  # the baseline was not rebuilt
-    assert not work_dir_for(out).exists() and not (out / "journal.json").exists()
+    assert not work_dir_for(out).exists() and not (out / "journal.jsonl").exists()
+    assert result.elapsed_s > records[-1]["elapsed_s"]  # both sessions count
     with pytest.raises(Exception, match="nothing to resume"):
         fit(task(), device="host", budget=budget, out=out, options=options, progress=Recorder(), resume=True)
 

@@ -14,8 +14,10 @@ from edgeprune.errors import VerificationError
 from edgeprune.export.verify import Verification
 from edgeprune.progress import Progress
 from edgeprune.search import Budget
-from edgeprune.search.fit import FitOptions, _choose, _search
+from edgeprune.search.choice import choose
+from edgeprune.search.options import FitOptions
 from edgeprune.search.result import BuiltArtifact
+from edgeprune.search.searcher import best_first_search
 from edgeprune.search.space import Shape, lines
 from edgeprune.tasks import Quality
 
@@ -62,7 +64,7 @@ def bench(p50: float) -> BenchmarkResult:
 
 
 class WorldBuilder:
-    """The builder interface `_search` uses, answering from the functions above; counts what it is asked."""
+    """The builder interface `best_first_search` uses, answering from the functions above; counts what it is asked."""
 
     def __init__(self, options: FitOptions, trimmable: bool = True, rejected: tuple[str, ...] = ()) -> None:
         self.options = options
@@ -157,7 +159,7 @@ def grid_choice(budget: Budget, tolerance: float) -> BuiltArtifact | None:
             artifact.checks = budget.check(artifact.file_bytes, artifact.benchmark, artifact.validation_quality,
                                            REFERENCE)
             everything.append(artifact)
-    fitted, binding, _ = _choose(everything, budget, REFERENCE, tolerance)
+    fitted, binding, _ = choose(everything, budget, REFERENCE, tolerance)
     return None if binding else fitted
 
 
@@ -165,7 +167,7 @@ def run(budget: Budget, rejected: tuple[str, ...] = (), tolerance: float = 0.0
         ) -> tuple[WorldBuilder, list[BuiltArtifact]]:
     builder = WorldBuilder(FitOptions(recipes=RECIPES, quality_tolerance=tolerance), rejected=rejected)
     quiet = Progress(enabled=False, stream=io.StringIO())
-    candidates, builder.trials = _search(builder, budget, RECIPES, REFERENCE, quiet)
+    candidates, builder.trials = best_first_search(builder, budget, RECIPES, REFERENCE, quiet)
     return builder, candidates
 
 
@@ -178,7 +180,7 @@ def test_a_roomy_budget_builds_one_candidate_and_stops():
 def test_a_tight_size_budget_trims_the_vocabulary_before_pruning_and_matches_the_grid():
     budget = Budget(max_mb=12)
     builder, candidates = run(budget)
-    fitted, binding, _ = _choose(candidates, budget, REFERENCE)
+    fitted, binding, _ = choose(candidates, budget, REFERENCE)
     assert not binding
     assert fitted.validation_quality.value == pytest.approx(grid_best(FitOptions(recipes=RECIPES), budget))
     assert len(builder.built) <= 4  # of 3 recipes × 3 FFN × 3 layer counts × 2 vocabularies × 5–7 head counts
@@ -194,7 +196,7 @@ def test_the_search_chooses_what_the_grid_would_for_any_budget(max_mb, latency, 
         max_mb = 100.0
     budget = Budget(max_mb=max_mb, max_latency_ms=latency)
     builder, candidates = run(budget, tolerance=tolerance)
-    fitted, binding, _ = _choose(candidates, budget, REFERENCE, tolerance)
+    fitted, binding, _ = choose(candidates, budget, REFERENCE, tolerance)
     best = grid_choice(budget, tolerance)
     if best is None:
         assert binding  # nothing meets: the closest is reported with what binds
@@ -209,14 +211,14 @@ def test_nothing_fits_builds_only_the_smallest_candidate():
     builder, candidates = run(budget)
     assert len(candidates) == 1 and not candidates[0].meets_budget
     assert builder.built == [("int4", Shape(8, 0.5, 2, True))]
-    fitted, binding, suggestions = _choose(candidates, budget, REFERENCE)
+    fitted, binding, suggestions = choose(candidates, budget, REFERENCE)
     assert binding == ["size"] and "raise --max-mb" in suggestions[0]
 
 
 def test_a_quality_floor_stops_the_search_at_the_first_candidate_under_it():
     budget = Budget(max_mb=11.0, min_quality=0.945)
     builder, candidates = run(budget)
-    fitted, binding, _ = _choose(candidates, budget, REFERENCE)
+    fitted, binding, _ = choose(candidates, budget, REFERENCE)
     assert binding == ["min accuracy (validation)"]
     assert len(builder.built) <= 3
 
@@ -225,7 +227,7 @@ def test_a_recipe_rejected_by_verification_is_dropped_and_the_search_goes_on():
     budget = Budget(max_mb=30)
     builder, candidates = run(budget, rejected=("int8",))
     assert builder.built[0] == ("int8", Shape()) and all(recipe != "int8" for recipe, _ in builder.built[1:])
-    fitted, binding, _ = _choose(candidates, budget, REFERENCE)
+    fitted, binding, _ = choose(candidates, budget, REFERENCE)
     assert not binding and fitted.recipe == "int8-emb4" and fitted.heads_removed == 0
     assert any(t.note.startswith("rejected by verification: candidate (int8)") for t in builder.trials)
     with pytest.raises(VerificationError, match="every recipe tried .* was rejected by verification"):

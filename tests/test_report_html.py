@@ -33,7 +33,7 @@ from edgeprune.report.facts import budget_rows
 from edgeprune.report.html import CHOSEN, DENSE, FRONT
 from edgeprune.report.svg import colour
 from edgeprune.search.budget import Budget
-from edgeprune.search.fit import pareto_front
+from edgeprune.search.choice import pareto_front
 from edgeprune.search.result import BuiltArtifact, FitResult, Trial
 from edgeprune.tasks.base import Quality
 

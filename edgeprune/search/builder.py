@@ -1,0 +1,370 @@
+"""The candidate builder: turns a structure and a recipe into a measured artifact, each one once.
+
+It prunes the dense teacher to a `Shape` (heads with their mean outputs folded into the bias, FFN neurons with
+theirs, whole layers, the vocabulary), optionally distils it, quantizes, exports, verifies against PyTorch,
+evaluates through the runtime and benchmarks on the device (or estimates there when the device is not
+connected). It also answers the search's cheap questions (exact sizes, FLOPs, predicted latency, the PyTorch
+quality bound) and knows nothing of the search itself.
+"""
+
+import copy
+import dataclasses
+import time
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import torch
+from torch import nn
+
+from edgeprune.bench.benchmark import benchmark_on
+from edgeprune.devices import DeviceProfile
+from edgeprune.devices.transports.base import Transport
+from edgeprune.errors import UserInputError
+from edgeprune.export import RUNTIMES, content_key, export_prepared, load_artifact, verify_artifact
+from edgeprune.importance import HeadScores
+from edgeprune.models import adapter_for
+from edgeprune.progress import Progress
+from edgeprune.pruning import PruningPlan, apply_plan, measure_flops, plan_global_topk
+from edgeprune.pruning.compensation import HeadOutputMeans
+from edgeprune.quantize import CALIBRATION_EXAMPLES, FP32_RECIPE, RECIPES, Recipe, SizeModel
+from edgeprune.quantize.size_model import ParameterLayout, payload_bytes
+from edgeprune.quantize.vocabulary import VocabularyMap, trim_vocabulary
+from edgeprune.search.budget import Budget
+from edgeprune.search.estimate import HostEstimator
+from edgeprune.search.journal import Journal
+from edgeprune.search.latency import LatencyModel
+from edgeprune.search.options import FitOptions
+from edgeprune.search.result import BuiltArtifact
+from edgeprune.search.space import Shape
+from edgeprune.serialization import from_jsonable, to_jsonable
+from edgeprune.tasks.base import Quality, Task
+
+LATENCY_MODEL_SLACK = 1.15  # benchmark anyway when the latency model predicts within 15 % of the budget
+FITTED_LATENCY_SLACK = 1.05  # the same once the recipe's own line is fitted to two measurements
+
+
+class CandidateBuilder:
+    """Prunes, quantizes, exports, verifies, evaluates and benchmarks candidates; each one once."""
+
+    def __init__(self, teacher: nn.Module, scores: HeadScores, task: Task, options: FitOptions, work: Path,
+                 progress: Progress, runtime: str, profile: DeviceProfile, device_link: Transport | None,
+                 journal: Journal, vocabulary: VocabularyMap | None = None,
+                 estimator: HostEstimator | None = None) -> None:
+        self.teacher = teacher
+        self.vocabulary = vocabulary  # the trimmed vocabulary shapes with trim_vocabulary use
+        self._trimmed: nn.Module | None = None
+        self.scores = scores
+        self.task = task
+        self.options = options
+        self.work = work
+        self.progress = progress
+        self.runtime = runtime
+        self.profile = profile
+        self.device_link = device_link
+        self.estimator = estimator  # set when the device is not connected: figures are estimated
+        self.journal = journal
+        self.size_model = SizeModel()
+        self.latency_model = LatencyModel(profile.peak_gflops, profile.mem_bandwidth_gbs)
+        self.example = task.example_inputs("validation", 1)[0]
+        self.verify_inputs = task.example_inputs("validation", options.verify_examples)
+        self.suffix = RUNTIMES.get(runtime).suffix
+        self.layers = len(adapter_for(teacher).attention_blocks(teacher))
+        # layer counts the model allows (a 2-layer model can lose 1); the defaults are for 6+ layers
+        self.layer_counts = tuple(c for c in options.layer_removals if c < self.layers) or (0,)
+        self._removed_layers: dict[int, list[int]] = {}
+        self._neurons: Any = None  # NeuronStatistics of the dense teacher, measured when first needed
+        self._layouts: dict[Shape, ParameterLayout] = {}  # shapes at 0 and at all removable heads removed
+        self._payload: dict[tuple, int] = {}  # (recipe, such a shape) → payload bytes
+        self._flops: dict[tuple, int] = {}
+        self._core: dict[tuple, int] = {}  # shapes at the ends of a line → parameters outside the embeddings
+        self._recovered: dict[int, nn.Module] = {}  # heads removed → recovered model, reused by later candidates
+        self.means = self._head_means() if options.compensate else None
+        self.started = time.perf_counter()
+
+    def _input_batches(self) -> list[dict[str, torch.Tensor]]:
+        """Calibration batches holding only the model's inputs (what head means are measured on)."""
+        return [{name: batch[name] for name in self.task.input_names}
+                for batch in self.task.batches("calibration", self.options.scoring_batch_size,
+                                               limit=self.options.scoring_examples)]
+
+    def _head_means(self) -> HeadOutputMeans:
+        """Each head's mean output on calibration data, measured once on the dense teacher."""
+        from edgeprune.pruning.compensation import measure_head_means
+
+        return measure_head_means(self.teacher, self._input_batches())
+
+    def removed_layers(self, count: int) -> list[int]:
+        """The `count` consecutive layers of the teacher that change its hidden states least (angular distance)."""
+        if count == 0:
+            return []
+        if count not in self._removed_layers:
+            from edgeprune.importance import score_layers
+
+            scores = score_layers(self.teacher, self._input_batches(), "angular-distance", block_size=count)
+            start = int(np.argmin(scores.scores))
+            self._removed_layers[count] = list(range(start, start + count))
+        return self._removed_layers[count]
+
+    def head_counts(self, layers_removed: int = 0) -> list[int]:
+        """Heads-removed counts the search tries: multiples of the step up to all removable in the kept layers."""
+        gone = set(self.removed_layers(layers_removed))
+        blocks = adapter_for(self.teacher).attention_blocks(self.teacher)
+        removable = sum(max(0, b.num_heads - self.options.min_heads_per_layer)
+                        for i, b in enumerate(blocks) if i not in gone)
+        step = self.options.head_step or max(1, self.layers)
+        return sorted(set(range(0, removable + 1, step)) | {removable})
+
+    def plan(self, heads_removed: int, layers_removed: int = 0) -> PruningPlan:
+        """Global top-k over the layers that stay (a removed layer's heads go with it)."""
+        scores = self.scores
+        gone = self.removed_layers(layers_removed)
+        if gone:
+            values = scores.scores.copy()
+            values[gone] = np.where(np.isnan(values[gone]), np.nan, np.inf)
+            scores = dataclasses.replace(scores, scores=values)
+        return plan_global_topk(scores, heads_removed, self.options.min_heads_per_layer)
+
+    def neuron_statistics(self) -> Any:
+        if self._neurons is None:
+            from edgeprune.pruning.ffn import neuron_statistics
+
+            self._neurons = neuron_statistics(self.teacher, self._input_batches())
+        return self._neurons
+
+    def pruned(self, shape: Shape) -> nn.Module:
+        """The teacher cut to `shape`: heads (bias-compensated), FFN neurons (mean-folded), layers, vocabulary."""
+        from edgeprune.pruning.ffn import plan_neurons, remove_neurons
+
+        if shape.trim_vocabulary and self._trimmed is None:
+            if self.vocabulary is None:
+                raise UserInputError("this task has no vocabulary to trim")
+            self._trimmed = trim_vocabulary(copy.deepcopy(self.teacher), self.vocabulary)
+        model = copy.deepcopy(self._trimmed if shape.trim_vocabulary else self.teacher)
+        apply_plan(model, self.plan(shape.heads_removed, shape.layers_removed), compensation=self.means)
+        if shape.ffn_fraction:
+            statistics = self.neuron_statistics()
+            removal = plan_neurons(statistics.fluctuation, shape.ffn_fraction)
+            remove_neurons(model, removal, means=statistics.means if self.options.compensate else None)
+        if shape.layers_removed:
+            adapter_for(model).remove_layers(model, self.removed_layers(shape.layers_removed))
+        return model
+
+    def recovered(self, plan: PruningPlan) -> nn.Module:
+        """The pruned model distilled from the dense teacher; starts from the closest recovered candidate with
+        fewer heads removed whose kept heads include this plan's (global top-k plans nest), not from scratch."""
+        from edgeprune.pruning import prune_heads
+        from edgeprune.recovery import DistillConfig, DistillData, distill
+
+        kept = [set(layer) for layer in plan.kept_heads]
+        parents = [count for count, model in self._recovered.items() if count < plan.heads_removed and all(
+            mine <= theirs for mine, theirs in zip(kept, map(set, self.plan(count).kept_heads), strict=True))]
+        if parents:
+            parent = max(parents)
+            student = copy.deepcopy(self._recovered[parent])
+            parent_kept = self.plan(parent).kept_heads
+            removal = {layer: sorted(set(before) - kept[layer])
+                       for layer, before in enumerate(parent_kept) if set(before) - kept[layer]}
+            # the recovered parent's own head means: its heads no longer output what the teacher's did
+            prune_heads(student, removal, compensate=self._input_batches() if self.means is not None else None)
+            self.progress.note(f"  recovering from the recovered {parent}-heads-removed candidate")
+        else:
+            student = self.pruned(Shape(plan.heads_removed))
+        config = DistillConfig(max_steps=self.options.recover_steps,
+                               eval_every=max(1, self.options.recover_steps // 3), warmup_steps=min(
+                                   20, self.options.recover_steps // 5), seed=self.task.seed)
+        data = DistillData.from_task(self.task, self.options.recovery_batch_size, self.task.seed)
+        result = distill(student, self.teacher, data, config, self.progress)
+        self.progress.note(f"  recovered in {result.seconds:.0f} s: validation {result.metric} "
+                           f"{result.initial_metric:.4f} → {result.best_metric:.4f}")
+        self._recovered[plan.heads_removed] = student
+        return student.eval()
+
+    def _ends(self, shape: Shape) -> tuple[Shape, Shape, int]:
+        top = self.head_counts(shape.layers_removed)[-1]
+        return dataclasses.replace(shape, heads_removed=0), dataclasses.replace(shape, heads_removed=top), top
+
+    def _interpolated(self, cache: dict, key: tuple, shape: Shape, exact: Any) -> float:
+        """`exact(shape)` at no head and at every removable head removed, linear in between: exact when every
+        head owns the same parameters and FLOPs (true of MHA models); the real file settles what is built."""
+        low, high, top = self._ends(shape)
+        for end in (low, high):
+            if (*key, end) not in cache:
+                cache[(*key, end)] = exact(end)
+        if top == 0:
+            return cache[(*key, low)]
+        share = shape.heads_removed / top
+        return cache[(*key, low)] + share * (cache[(*key, high)] - cache[(*key, low)])
+
+    def predict_bytes(self, shape: Shape, recipe: Recipe) -> int:
+        low, high, top = self._ends(shape)
+        for end in (low, high):
+            if end not in self._layouts:
+                self._layouts[end] = ParameterLayout.of(self.pruned(end))
+        payload = (self._interpolated(self._payload, (recipe.name,), shape,
+                                      lambda end: payload_bytes(self._layouts[end], recipe)))
+        return int(payload) + self.size_model.overhead(recipe)
+
+    def core_parameters(self, shape: Shape) -> int:
+        """Parameters outside the embedding tables: how much of the network itself a shape keeps."""
+        self.predict_bytes(shape, RECIPES.get(FP32_RECIPE[self.runtime]))  # measures the layouts of the line's ends
+        return int(self._interpolated(self._core, (), shape, lambda end: self._layouts[end].core_parameters))
+
+    def flops(self, shape: Shape) -> int:
+        inputs = dict(zip(self.task.input_names, self.example, strict=True))
+        return int(self._interpolated(self._flops, (), shape.structure,
+                                      lambda end: measure_flops(self.pruned(end), inputs)))
+
+    def predict_latency(self, shape: Shape, recipe: Recipe) -> float | None:
+        return self.latency_model.predict(recipe.name, self.flops(shape), self.predict_bytes(shape, recipe))
+
+    def latency_slack(self, recipe: Recipe) -> float:
+        """How far over the budget a predicted latency may be and still be built: wide while the model extrapolates
+        from one point or another recipe, narrow once a line is fitted to two of this recipe's measurements."""
+        points = {flops for flops, _ in self.latency_model.observations.get(recipe.name, [])}
+        return LATENCY_MODEL_SLACK if len(points) < 2 else FITTED_LATENCY_SLACK
+
+    def proxy(self, shape: Shape) -> Quality:
+        """Validation quality of the pruned fp32 model in PyTorch: a cheap upper estimate of what an artifact of
+        this structure reaches (quantization only takes away); the structure's, whatever the vocabulary."""
+        key = shape.structure.key
+        proxies = self.journal.proxies
+        if key not in proxies:
+            mark = time.perf_counter()
+            quality = self.task.batched_quality(self.pruned(shape.structure), "validation")
+            self.journal.record_proxy(key, to_jsonable(quality))
+            self.progress.note(f"  PyTorch estimate for {shape.structure.describe()}: validation {quality.metric} "
+                               f"{quality.value:.4f} ({time.perf_counter() - mark:.0f} s)")
+        return from_jsonable(Quality, proxies[key])
+
+    def remap(self, inputs: tuple[torch.Tensor, ...], trimmed: bool) -> tuple[torch.Tensor, ...]:
+        """Inputs as the artifact takes them: token ids through the vocabulary map when it was trimmed."""
+        if not trimmed or self.vocabulary is None:
+            return inputs
+        return (self.vocabulary.apply(inputs[0]), *inputs[1:])
+
+    def candidate(self, recipe: Recipe, shape: Shape, budget: Budget, reference: Quality,
+                  best: float | None = None) -> BuiltArtifact:
+        """Build one candidate (or take it from the journal); measure its validation quality through the runtime
+        when its file fits, and benchmark it on the device only when its quality (signed so higher is better)
+        exceeds `best`, what it takes to replace the best candidate so far (None: there is none)."""
+        key = f"{recipe.name}:{shape.key}"
+        saved = journaled_artifact(self.journal, key)
+        if saved is not None and (self.work / saved.path).is_file():
+            self.progress.note(f"candidate {recipe.name}, {shape.describe()}: finished before (resumed)")
+            self.size_model.observe(self.pruned(shape), recipe, saved.file_bytes)
+        else:
+            saved = self.build(shape, recipe, f"candidate-{recipe.name}-{shape.key}{self.suffix}", "candidate")
+            if not budget.size_fits(saved.file_bytes):
+                saved.note = "over the size budget: not evaluated or benchmarked"
+            else:
+                self.evaluate(saved)
+                if can_win(saved.validation_quality, best, budget, reference):
+                    self.benchmark(saved)
+                else:
+                    saved.note = "not benchmarked: its validation quality cannot beat the best candidate so far"
+                    self.progress.note(f"  {saved.note}")
+            self.journal.record_candidate(key, to_jsonable(saved))
+        if saved.benchmark is not None:
+            self.latency_model.observe(recipe.name, self.flops(shape), saved.benchmark.p50_ms)
+        saved.checks = budget.check(saved.file_bytes, saved.benchmark, saved.validation_quality, reference)
+        return saved
+
+    def build(self, shape: Shape, recipe: Recipe, file_name: str, label: str,
+              baseline: bool = False) -> BuiltArtifact:
+        recover = not baseline and self.options.recover_steps > 0 and shape.heads_removed > 0
+        plan = self.plan(shape.heads_removed, shape.layers_removed)
+        if recover and shape.heads_removed in self._recovered:
+            model = copy.deepcopy(self._recovered[shape.heads_removed]).eval()
+        elif recover:
+            model = copy.deepcopy(self.recovered(plan))  # quantization must not touch the kept recovered weights
+        elif baseline:
+            model = copy.deepcopy(self.teacher)
+        else:
+            model = self.pruned(shape)
+        predicted = self.size_model.predict(model, recipe)
+        trimmed = shape.trim_vocabulary and not baseline
+        example = self.remap(self.example, trimmed)
+        key = content_key(model, recipe.name, example)
+        self.progress.note(f"{label}: {recipe.name}, {shape.describe()}: quantize, export, verify "
+                           f"({elapsed_text(self.started)} into the search)")
+        calibration = None
+        if recipe.calibrated:  # real calibration inputs, as the artifact takes them
+            calibration = [self.remap(i, trimmed) for i in self.task.example_inputs("calibration",
+                                                                                    CALIBRATION_EXAMPLES)]
+        quantized = recipe.apply(model, calibration)
+        exported = export_prepared(quantized, example, self.work / file_name, recipe,
+                                   cache_dir=self.task.cache_dir / "exports", cache_key=key)
+        if not baseline:  # the baseline's full vocabulary would miscalibrate the candidates' overhead
+            self.size_model.observe(model, recipe, exported.size_bytes)
+        program = load_artifact(exported.path)
+        verification = verify_artifact(quantized, program, [self.remap(i, trimmed) for i in self.verify_inputs],
+                                       recipe.min_cosine, name=f"{label} ({recipe.name})")
+        self.progress.note(
+            f"  {exported.size_bytes / 1e6:.2f} MB (predicted {predicted / 1e6:.2f}), "
+            f"{'cached' if exported.cached else f'exported in {exported.export_seconds:.0f} s'}, "
+            f"cosine to PyTorch {verification.min_cosine:.5f}"
+        )
+        return BuiltArtifact(
+            label=label, recipe=recipe.name, path=file_name, plan=plan.to_dict(),
+            parameters=sum(p.numel() for p in model.parameters()), file_bytes=exported.size_bytes,
+            predicted_bytes=predicted, verification=verification,
+            vocabulary_size=len(self.vocabulary.kept_ids) if trimmed and self.vocabulary else None,
+            export_seconds=round(exported.export_seconds, 2), cached_export=exported.cached,
+            ffn_fraction=shape.ffn_fraction, layers_removed=self.removed_layers(shape.layers_removed),
+            core_parameters=ParameterLayout.of(model).core_parameters,
+        )
+
+    def evaluate(self, artifact: BuiltArtifact) -> None:
+        """Validation quality through the runtime: what the search decides on."""
+        run = load_artifact(self.work / artifact.path)
+        trimmed = artifact.vocabulary_size is not None
+        artifact.validation_quality = self.task.runtime_quality(
+            run, "validation", (lambda inputs: self.remap(inputs, True)) if trimmed else None)
+        self.progress.note(f"  validation {artifact.validation_quality.metric} "
+                           f"{artifact.validation_quality.value:.4f} through {self.runtime}")
+
+    def benchmark(self, artifact: BuiltArtifact) -> None:
+        """On the profile's device, or estimated from a run here when it is not connected."""
+        inputs = self.remap(self.example, artifact.vocabulary_size is not None)
+        where = f"estimated for {self.profile.name}" if self.estimator else f"on {self.profile.name}"
+        self.progress.note(f"  benchmarking {where} ({self.options.bench_runs} runs, {self.profile.threads} threads)")
+        if self.estimator is not None:
+            artifact.benchmark = self.estimator.benchmark(self.work / artifact.path, inputs, self.runtime,
+                                                          self.options.bench_warmup, self.options.bench_runs)
+        else:
+            artifact.benchmark = benchmark_on(self.device_link, self.work / artifact.path, inputs, self.runtime,
+                                              self.profile.threads, self.options.bench_warmup,
+                                              self.options.bench_runs, device=self.profile.name,
+                                              profile=self.profile)
+        peak = artifact.benchmark.peak_rss_mb
+        self.progress.note(f"  p50 {artifact.benchmark.p50_ms:.2f} ms{'' if self.estimator is None else ' (estimated)'}"
+                           f", peak {'?' if peak is None else f'{peak:.0f}'} MB")
+
+    def measure(self, artifact: BuiltArtifact) -> None:
+        self.evaluate(artifact)
+        self.benchmark(artifact)
+
+
+def can_win(quality: Quality | None, best: float | None, budget: Budget, reference: Quality) -> bool:
+    """Whether a candidate of this validation quality could still become the result."""
+    if quality is None:
+        return False
+    floor = budget.quality_floor(reference)
+    if floor is not None and not (quality.value >= floor if reference.higher_is_better else quality.value <= floor):
+        return False
+    return best is None or signed(quality) > best
+
+
+def signed(quality: Quality) -> float:
+    return quality.value if quality.higher_is_better else -quality.value
+
+
+def elapsed_text(started: float) -> str:
+    seconds = int(time.perf_counter() - started)
+    return f"{seconds // 60}m{seconds % 60:02d}s"
+
+
+def journaled_artifact(journal: Journal, key: str) -> BuiltArtifact | None:
+    saved = journal.candidates.get(key)
+    return None if saved is None else from_jsonable(BuiltArtifact, saved)

@@ -1,0 +1,70 @@
+"""What a fit may try and how it measures: the options of the search, validated when made."""
+
+from dataclasses import dataclass
+
+from edgeprune.errors import UserInputError
+from edgeprune.export import RUNTIMES
+from edgeprune.quantize import RECIPES
+from edgeprune.search.space import parse_fractions, parse_layer_counts
+
+
+@dataclass
+class FitOptions:
+    criterion: str = "fluctuation"  # best one-shot embedding cosine and accuracy at 25–75 % (benchmarks/criteria.py)
+    normalize: str = "none"  # per-layer score normalization: "none" (raw fluctuation ranks best), "l2", "zscore"
+    compensate: bool = True  # fold removed heads' mean outputs into the output-projection bias (FLAP)
+    scoring_examples: int = 256  # calibration examples used to score heads
+    scoring_batch_size: int = 16
+    min_heads_per_layer: int = 1
+    runtime: str | None = None  # None: the device profile's runtime
+    recipes: tuple[str, ...] | None = None  # None: the runtime's ladder, highest fidelity first
+    verify_examples: int = 8  # real validation inputs each export is checked on
+    # keep only embedding rows of tokens in the calibration and validation data: None searches both ways
+    trim_vocabulary: bool | None = None
+    ffn_fractions: tuple[float, ...] = (0.0, 0.25, 0.5)  # of each kept layer's FFN neurons removed
+    layer_removals: tuple[int, ...] = (0, 1, 2)  # whole layers removed (the most redundant consecutive block)
+    head_step: int | None = None  # heads removed go in multiples of this; None: the number of layers
+    require_device: bool = False  # fail when the device is unreachable instead of estimating its figures
+    # validation qualities this close count as equal, and the less compressed candidate wins; None: one standard
+    # error of the dense teacher's validation accuracy (accuracy-like metrics), else 0
+    quality_tolerance: float | None = None
+    bench_warmup: int = 5
+    bench_runs: int = 30
+    recover_steps: int = 0  # > 0: distil each pruned candidate from the dense teacher for this many steps
+    recovery_batch_size: int = 16
+
+    def __post_init__(self) -> None:
+        if self.runtime is not None:
+            RUNTIMES.get(self.runtime)
+        if self.recipes is not None and not self.recipes:
+            raise UserInputError(f"name at least one recipe; choose from: {', '.join(RECIPES.names())}")
+        for recipe in self.recipes or ():
+            RECIPES.get(recipe)
+        if self.scoring_examples < 1 or self.verify_examples < 1 or self.bench_runs < 20:
+            raise UserInputError("need scoring_examples >= 1, verify_examples >= 1 and bench_runs >= 20")
+        if self.normalize not in ("none", "l2", "zscore"):
+            raise UserInputError(f"normalize must be none, l2 or zscore, got {self.normalize!r}")
+        if self.recover_steps < 0 or self.recovery_batch_size < 1:
+            raise UserInputError("recover_steps must be >= 0 (0: no recovery) and recovery_batch_size >= 1")
+        self.ffn_fractions = parse_fractions(self.ffn_fractions)
+        self.layer_removals = parse_layer_counts(self.layer_removals)
+        if self.quality_tolerance is not None and not 0 <= self.quality_tolerance < 1:
+            raise UserInputError(f"quality_tolerance must be >= 0 (in the task metric's units), got "
+                                 f"{self.quality_tolerance}")
+        if self.head_step is not None and self.head_step < 1:
+            raise UserInputError(f"head_step must be >= 1, got {self.head_step}")
+        if self.recover_steps and self.trim_vocabulary:
+            raise UserInputError("recovery with a trimmed vocabulary is not supported yet; drop --trim-vocab or "
+                                 "--recover-steps")
+        if self.recover_steps and (self.ffn_fractions != (0.0,) or self.layer_removals != (0,)):
+            if self.ffn_fractions == FitOptions.ffn_fractions and self.layer_removals == FitOptions.layer_removals:
+                # recovery inside fit searches heads only; FFN and layer removal recover through `distill`
+                self.ffn_fractions, self.layer_removals = (0.0,), (0,)
+            else:
+                raise UserInputError("recovery inside fit searches heads only; with --recover-steps drop "
+                                     "--ffn-fractions/--layer-removals (edgeprune distill recovers FFN and layer "
+                                     "removal)")
+        if self.recover_steps and self.trim_vocabulary is None:
+            self.trim_vocabulary = False
+
+
