@@ -15,6 +15,8 @@ from torch import nn
 
 # config attribute recording, per layer, which of the dense model's heads remain (saved in config.json)
 KEPT_HEADS_CONFIG_KEY = "edgeprune_kept_heads"
+# attribute of an nn.ModuleList of layers once some were removed: (its dense layer count, dense positions kept)
+KEPT_LAYERS_ATTRIBUTE = "edgeprune_kept_layers"
 
 # fn(layer, per-head context [batch, tokens, heads, head_size]) -> the context to use instead
 HeadOutputFn = Callable[[int, torch.Tensor], torch.Tensor]
@@ -146,6 +148,8 @@ def drop_layers(model: nn.Module, layers: list[nn.Module], drop: set[int]) -> nn
         raise ValueError(f"can remove some of layers 0..{len(layers) - 1} but not all; got {sorted(drop)}")
     container = next(m for m in model.modules() if isinstance(m, nn.ModuleList) and layers[0] in list(m))
     kept = nn.ModuleList(m for i, m in enumerate(container) if i not in drop)
+    dense, positions = kept_layer_record(container)
+    record_kept_layers(kept, dense, [p for i, p in enumerate(positions) if i not in drop])
     for parent in model.modules():
         for name, child in list(parent.named_children()):
             if child is container:
@@ -157,6 +161,19 @@ def drop_layers(model: nn.Module, layers: list[nn.Module], drop: set[int]) -> nn
         if recorded is not None:
             record_heads(model, [h for i, h in enumerate(recorded) if i not in drop])
     return kept
+
+
+def kept_layer_record(container: nn.ModuleList) -> tuple[int, list[int]]:
+    """(layers the stack had before any removal, their positions that remain); all of them when nothing is recorded."""
+    record = getattr(container, KEPT_LAYERS_ATTRIBUTE, None)
+    if record is None or len(record[1]) != len(container):
+        return len(container), list(range(len(container)))
+    return int(record[0]), [int(p) for p in record[1]]
+
+
+def record_kept_layers(container: nn.ModuleList, dense: int, kept: list[int]) -> None:
+    """Note on a stack of layers which positions of its `dense` layers it still holds (edgeprune.save writes it)."""
+    setattr(container, KEPT_LAYERS_ATTRIBUTE, (dense, list(kept)))
 
 
 def heads_to_keep(layer: int, current: int, heads: list[int]) -> list[int]:

@@ -25,6 +25,8 @@ from edgeprune.models.base import (
     head_rows,
     heads_to_keep,
     hooks_removed_after,
+    kept_layer_record,
+    record_kept_layers,
 )
 from edgeprune.models.separate_projections import slice_linear
 
@@ -316,9 +318,12 @@ class MultiheadAttentionAdapter(ModelAdapter):
             if len(removed) == len(container):
                 raise ValueError("removing these layers would leave an empty encoder; keep at least one layer")
         for container, removed in containers.values():
-            kept = [m for m in container if not any(m is r for r in removed)]
+            dense, positions = kept_layer_record(container)
+            stays = [not any(m is r for r in removed) for m in container]
+            kept = [m for m, stay in zip(container, stays, strict=True) if stay]
             del container[:]
             container.extend(kept)
+            record_kept_layers(container, dense, [p for p, stay in zip(positions, stays, strict=True) if stay])
         for encoder in model.modules():
             if isinstance(encoder, nn.TransformerEncoder):
                 encoder.num_layers = len(encoder.layers)
