@@ -83,3 +83,28 @@ def test_qualities_within_the_tolerance_tie_and_the_least_compressed_wins():
     assert quality_tolerance(FitOptions(), reference) == pytest.approx((0.97 * 0.03 / 335) ** 0.5)
     assert quality_tolerance(FitOptions(quality_tolerance=0.0), reference) == 0.0
     assert quality_tolerance(FitOptions(), Quality("cosine", 0.97, split="validation", examples=335)) == 0.0
+
+
+def test_suggestions_followed_literally_fit_and_never_offer_a_recipe_already_tried():
+    budget = Budget(max_mb=1, max_latency_ms=0.8)
+    closest = candidate("a", 4.0801, 0.8049, 0.9, recipe="int4")
+    fitted, binding, suggestions = choose(checked(budget, closest), budget, REFERENCE)
+    assert suggestions == ["raise --max-latency-ms to 0.81 (the fastest candidate measured)", "raise --max-mb to 4.09"]
+    relaxed = Budget(max_mb=4.09, max_latency_ms=0.81)  # what the suggestions say
+    assert all(check.passed for check in relaxed.check(closest.file_bytes, closest.benchmark, None, None))
+
+
+def test_budget_checks_carry_their_kind_and_flag_and_old_results_infer_them():
+    from edgeprune.search.budget import BudgetCheck
+
+    budget = Budget(max_mb=5, max_memory_mb=100, max_latency_ms=3, latency_percentile=90, max_energy_mj=9,
+                    min_quality=0.9)
+    checks = budget.check(1_000_000, bench(p50=1, p90=2, p99=3), REFERENCE, REFERENCE)
+    assert [(c.kind, c.flag) for c in checks] == [
+        ("size", "--max-mb"), ("latency", "--max-latency-ms"), ("memory", "--max-memory-mb"),
+        ("energy", "--max-energy-mj"), ("quality", "--min-quality")]
+    for check in checks:  # a result.json written before checks had kinds
+        old = BudgetCheck(check.name, check.limit, check.value, check.unit, check.passed, check.source)
+        assert old.kind == check.kind
+    with pytest.raises(ValueError, match="kind must be one of"):
+        BudgetCheck("size", 1, 1, "MB", True, "measured", kind="weight")

@@ -106,10 +106,13 @@ class WorldBuilder:
             artifact.validation_quality = None
         elif best is None or artifact.validation_quality.value > best:
             artifact.benchmark = bench(latency_ms(recipe.name, shape))
-            self.measured.add(recipe.name)
         artifact.checks = budget.check(artifact.file_bytes, artifact.benchmark, artifact.validation_quality,
                                        reference)
         return artifact
+
+    def observe(self, recipe: str, shape: Shape, artifact: BuiltArtifact) -> None:
+        if artifact.benchmark is not None:  # the latency model has a measurement of this recipe
+            self.measured.add(recipe)
 
     def benchmark(self, artifact: BuiltArtifact) -> None:
         artifact.benchmark = bench(latency_ms(artifact.recipe, shape_of(artifact)))
@@ -232,3 +235,51 @@ def test_a_recipe_rejected_by_verification_is_dropped_and_the_search_goes_on():
     assert any(t.note.startswith("rejected by verification: candidate (int8)") for t in builder.trials)
     with pytest.raises(VerificationError, match="every recipe tried .* was rejected by verification"):
         run(budget, rejected=RECIPES)
+
+
+@pytest.mark.parametrize("stop_after", [1, 2, 3])
+def test_a_searcher_restored_from_its_state_proposes_what_the_original_would(stop_after):
+    """Ask-and-tell: the state after some results, through JSON, replays into a fresh searcher over the same space,
+    which then goes on exactly as the original does."""
+    import json
+
+    from edgeprune.quantize import RECIPES as RECIPE_REGISTRY
+    from edgeprune.search.searcher import BestFirstSearcher
+
+    budget = Budget(max_mb=9.0, max_latency_ms=8.0)
+    quiet = Progress(enabled=False, stream=io.StringIO())
+
+    def searcher() -> tuple[WorldBuilder, BestFirstSearcher]:
+        world = WorldBuilder(FitOptions(recipes=RECIPES))
+        return world, BestFirstSearcher(world, budget, RECIPES, REFERENCE, quiet)
+
+    def step(world, search) -> bool:
+        proposal = search.propose()
+        if proposal is None:
+            return False
+        artifact = world.candidate(RECIPE_REGISTRY.get(proposal.recipe), proposal.shape,
+                                   budget, REFERENCE, proposal.threshold)
+        if proposal.closest:
+            world.evaluate(artifact)
+            world.benchmark(artifact)
+            artifact.checks = budget.check(artifact.file_bytes, artifact.benchmark, artifact.validation_quality,
+                                           REFERENCE)
+        search.tell(proposal, artifact)
+        return True
+
+    world, original = searcher()
+    for _ in range(stop_after):
+        assert step(world, original)
+    state = json.loads(json.dumps(original.state_dict()))
+    world_again, restored = searcher()
+    restored.load_state_dict(state)
+    while step(world, original):
+        assert step(world_again, restored)
+    assert not step(world_again, restored)
+    key = [(a.recipe, shape_of(a)) for a in original.result()[0]]
+    assert key == [(a.recipe, shape_of(a)) for a in restored.result()[0]]
+    assert [t.note for t in original.result()[1]] == [t.note for t in restored.result()[1]]
+    with pytest.raises(ValueError, match="not the same space"):
+        _, other = searcher()
+        other.budget = Budget(max_mb=30.0)
+        other.load_state_dict(state)

@@ -15,7 +15,6 @@ MEASURED = "measured"
 ESTIMATED = "estimated"
 NOT_MEASURED = "not measured"
 PERCENT_METRICS = ("accuracy", "top1")
-FLAGS = {"size": "--max-mb", "peak memory": "--max-memory-mb", "energy per inference": "--max-energy-mj"}
 
 
 def search_quality(artifact: BuiltArtifact) -> Quality | None:
@@ -109,17 +108,17 @@ def budget_rows(result: FitResult, artifact: BuiltArtifact | None = None) -> lis
 
 def _row(check: BudgetCheck, budget: Budget, artifact: BuiltArtifact) -> BudgetRow:
     bench = artifact.benchmark
-    if check.name.endswith("(validation)"):  # the quality budget, in the task's metric
+    if check.kind == "quality":  # the quality budget, in the task's metric
         metric = check.name.split(" ", 1)[1].removesuffix(" (validation)")
         limit = format_metric(check.limit, metric)
         if isinstance(budget.min_quality, str):
             limit = f"{budget.min_quality} of the dense teacher: {limit}"
         source = f"{MEASURED} through the runtime on the validation split" if check.value is not None else NOT_MEASURED
-        return BudgetRow(check.name, "--min-quality", limit, format_metric(check.value, metric), source, check.passed)
-    flag = "--max-latency-ms" if check.name.startswith("latency") else FLAGS.get(check.name, "")
-    if check.name == "size":
+        return BudgetRow(check.name, check.flag, limit, format_metric(check.value, metric), source, check.passed)
+    flag = check.flag
+    if check.kind == "size":
         source = f"{MEASURED} (the exported file)"
-    elif check.name == "energy per inference":
+    elif check.kind == "energy":
         source = energy_source(bench)
     else:
         source = benchmark_source(bench) if check.value is not None else NOT_MEASURED

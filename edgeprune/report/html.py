@@ -299,7 +299,7 @@ def _marker(point: _Point) -> str:
 
 
 def _quality_floor(result: FitResult) -> float | None:
-    check = next((c for c in result.fitted.checks if c.name.endswith("(validation)")), None)
+    check = next((c for c in result.fitted.checks if c.kind == "quality"), None)
     return None if check is None else check.limit
 
 

@@ -16,6 +16,11 @@ PERCENTILES = (50, 90, 99)
 RELATIVE_QUALITY = re.compile(r"^-(\d+(?:\.\d+)?)%$")
 
 
+CHECK_FLAGS = {"size": "--max-mb", "latency": "--max-latency-ms", "memory": "--max-memory-mb",
+               "energy": "--max-energy-mj", "quality": "--min-quality"}
+CHECK_NAME_PREFIXES = {"size": "size", "latency": "latency", "memory": "peak memory", "energy": "energy"}
+
+
 @dataclass(frozen=True)
 class BudgetCheck:
     """One budget against one candidate: the limit, the value and where the value came from."""
@@ -26,6 +31,24 @@ class BudgetCheck:
     unit: str
     passed: bool
     source: str  # "measured", "estimated", "predicted" or "unknown"
+    kind: str = ""  # "size", "latency", "memory", "energy" or "quality"; "": inferred from the name (older results)
+
+    def __post_init__(self) -> None:
+        if not self.kind:  # frozen: set once, here
+            inferred = (kind for kind, prefix in CHECK_NAME_PREFIXES.items() if self.name.startswith(prefix))
+            object.__setattr__(self, "kind", next(inferred, "quality"))
+        if self.kind not in CHECK_FLAGS:
+            raise ValueError(f"budget check kind must be one of {sorted(CHECK_FLAGS)}, got {self.kind!r}")
+
+    @property
+    def flag(self) -> str:
+        """The `fit` flag that sets this budget."""
+        return CHECK_FLAGS[self.kind]
+
+    @property
+    def is_resource(self) -> bool:
+        """A budget on what the artifact costs (not on its quality)."""
+        return self.kind != "quality"
 
 
 @dataclass(frozen=True)
@@ -90,26 +113,27 @@ class Budget:
         checks = []
         if self.max_mb is not None:
             checks.append(BudgetCheck("size", self.max_mb, file_bytes / 1e6, "MB", self.size_fits(file_bytes),
-                                      "measured"))
+                                      "measured", "size"))
         source = "unknown" if benchmark is None else ("measured" if benchmark.measured else "estimated")
         if self.max_latency_ms is not None:
             value = None if benchmark is None else self.latency(benchmark)
             checks.append(BudgetCheck(f"latency p{self.latency_percentile}", self.max_latency_ms, value, "ms",
-                                      value is not None and value <= self.max_latency_ms, source))
+                                      value is not None and value <= self.max_latency_ms, source, "latency"))
         if self.max_memory_mb is not None:
             value = None if benchmark is None else benchmark.peak_rss_mb
             checks.append(BudgetCheck("peak memory", self.max_memory_mb, value, "MB",
-                                      value is not None and value <= self.max_memory_mb, source))
+                                      value is not None and value <= self.max_memory_mb, source, "memory"))
         if self.max_energy_mj is not None:
             value = None if benchmark is None else getattr(benchmark, "energy_mj_per_inference", None)
             energy_source = getattr(benchmark, "energy_source", None) or source
             checks.append(BudgetCheck("energy per inference", self.max_energy_mj, value, "mJ",
-                                      value is not None and value <= self.max_energy_mj, str(energy_source)))
+                                      value is not None and value <= self.max_energy_mj, str(energy_source),
+                                      "energy"))
         floor = None if reference is None else self.quality_floor(reference)
         if floor is not None:
             value = None if quality is None else quality.value
             better = reference.higher_is_better
             passed = value is not None and (value >= floor if better else value <= floor)
             checks.append(BudgetCheck(f"{'min' if better else 'max'} {reference.metric} (validation)", floor, value,
-                                      "", passed, "measured"))
+                                      "", passed, "measured", "quality"))
         return checks

@@ -78,6 +78,7 @@ class CandidateBuilder:
         self._payload: dict[tuple, int] = {}  # (recipe, such a shape) → payload bytes
         self._flops: dict[tuple, int] = {}
         self._core: dict[tuple, int] = {}  # shapes at the ends of a line → parameters outside the embeddings
+        self._size_observed: set[tuple[str, Shape]] = set()  # candidates the size model has learnt from
         self._recovered: dict[int, nn.Module] = {}  # heads removed → recovered model, reused by later candidates
         self.means = self._head_means() if options.compensate else None
         self.started = time.perf_counter()
@@ -252,7 +253,6 @@ class CandidateBuilder:
         saved = journaled_artifact(self.journal, key)
         if saved is not None and (self.work / saved.path).is_file():
             self.progress.note(f"candidate {recipe.name}, {shape.describe()}: finished before (resumed)")
-            self.size_model.observe(self.pruned(shape), recipe, saved.file_bytes)
         else:
             saved = self.build(shape, recipe, f"candidate-{recipe.name}-{shape.key}{self.suffix}", "candidate")
             if not budget.size_fits(saved.file_bytes):
@@ -265,10 +265,17 @@ class CandidateBuilder:
                     saved.note = "not benchmarked: its validation quality cannot beat the best candidate so far"
                     self.progress.note(f"  {saved.note}")
             self.journal.record_candidate(key, to_jsonable(saved))
-        if saved.benchmark is not None:
-            self.latency_model.observe(recipe.name, self.flops(shape), saved.benchmark.p50_ms)
         saved.checks = budget.check(saved.file_bytes, saved.benchmark, saved.validation_quality, reference)
         return saved
+
+    def observe(self, recipe: str, shape: Shape, artifact: BuiltArtifact) -> None:
+        """Teach the size and latency models what a built candidate measured (the searcher tells it, so a search
+        replayed from its state learns exactly what the original did)."""
+        if (recipe, shape) not in self._size_observed:
+            self._size_observed.add((recipe, shape))
+            self.size_model.observe(self.pruned(shape), RECIPES.get(recipe), artifact.file_bytes)
+        if artifact.benchmark is not None:
+            self.latency_model.observe(recipe, self.flops(shape), artifact.benchmark.p50_ms)
 
     def build(self, shape: Shape, recipe: Recipe, file_name: str, label: str,
               baseline: bool = False) -> BuiltArtifact:
@@ -297,6 +304,7 @@ class CandidateBuilder:
                                    cache_dir=self.task.cache_dir / "exports", cache_key=key)
         if not baseline:  # the baseline's full vocabulary would miscalibrate the candidates' overhead
             self.size_model.observe(model, recipe, exported.size_bytes)
+            self._size_observed.add((recipe.name, shape))
         program = load_artifact(exported.path)
         verification = verify_artifact(quantized, program, [self.remap(i, trimmed) for i in self.verify_inputs],
                                        recipe.min_cosine, name=f"{label} ({recipe.name})")

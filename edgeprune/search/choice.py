@@ -3,7 +3,7 @@
 import math
 from typing import Any
 
-from edgeprune.search.budget import Budget
+from edgeprune.search.budget import CHECK_FLAGS, Budget, BudgetCheck
 from edgeprune.search.builder import signed
 from edgeprune.search.options import FitOptions
 from edgeprune.search.result import BuiltArtifact
@@ -52,31 +52,44 @@ def choose(candidates: list[BuiltArtifact], budget: Budget, reference: Quality,
 
 
 def _suggestions(candidates: list[BuiltArtifact], budget: Budget, binding: list[str]) -> list[str]:
-    """What would make it fit, from the values measured: the least each binding budget would need."""
+    """What would make it fit, from the values measured: the least each binding budget would need, rounded so that
+    following it literally fits (limits up, quality floors down), never offering a recipe already tried."""
     suggestions = []
-    values: dict[str, list[float]] = {}
+    checks: dict[str, list[BudgetCheck]] = {}
     for candidate in candidates:
         for check in candidate.checks:
-            if check.value is not None:
-                values.setdefault(check.name, []).append(check.value)
+            checks.setdefault(check.name, []).append(check)
+    tried = {candidate.recipe for candidate in candidates}
     for name in binding:
-        seen = values.get(name)
-        if name == "size":
-            smallest = min(seen) if seen else None
-            suggestions.append("needs a smaller recipe (e.g. 4-bit weights: --recipe int4) or "
-                               + (f"raise --max-mb to {smallest:.1f}" if smallest else "raise --max-mb"))
-        elif name.startswith("latency") and seen:
-            suggestions.append(f"raise --max-latency-ms to {min(seen):.1f} (the fastest candidate measured)")
-        elif name == "peak memory" and seen:
-            suggestions.append(f"raise --max-memory-mb to {min(seen):.0f}")
-        elif name == "energy per inference" and seen:
-            suggestions.append(f"raise --max-energy-mj to {min(seen):.1f}")
-        elif name.endswith("(validation)") and seen:
-            best = max(seen) if name.startswith("min") else min(seen)
-            suggestions.append(f"relax --min-quality to {best:.4f} (the best candidate measured)")
-        else:
+        kind = checks[name][0].kind if name in checks else "quality"
+        seen = [check.value for check in checks.get(name, []) if check.value is not None]
+        flag = CHECK_FLAGS[kind]
+        if kind == "size":
+            smaller = "" if "int4" in tried else "needs a smaller recipe (e.g. 4-bit weights: --recipe int4) or "
+            suggestions.append(smaller + (f"raise {flag} to {_round_up(min(seen), 2)}" if seen else f"raise {flag}"))
+        elif not seen:
             suggestions.append(f"{name}: no measured value; connect the device or drop the budget")
+        elif kind == "latency":
+            suggestions.append(f"raise {flag} to {_round_up(min(seen), 2)} (the fastest candidate measured)")
+        elif kind == "memory":
+            suggestions.append(f"raise {flag} to {_round_up(min(seen), 0)}")
+        elif kind == "energy":
+            suggestions.append(f"raise {flag} to {_round_up(min(seen), 2)}")
+        else:
+            higher_is_better = name.startswith("min")
+            best = max(seen) if higher_is_better else min(seen)
+            value = _round_down(best, 4) if higher_is_better else _round_up(best, 4)
+            suggestions.append(f"relax {flag} to {value} (the best candidate measured)")
     return suggestions
+
+
+def _round_up(value: float, digits: int) -> float | int:
+    scaled = math.ceil(round(value * 10**digits, 6)) / 10**digits
+    return int(scaled) if digits == 0 else scaled
+
+
+def _round_down(value: float, digits: int) -> float:
+    return math.floor(round(value * 10**digits, 6)) / 10**digits
 
 
 def pareto_front(candidates: list[BuiltArtifact], budget: Budget) -> list[str]:

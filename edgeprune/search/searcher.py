@@ -1,6 +1,8 @@
 """The best-first search over the space of candidates: which candidate to build next, and when to stop."""
 
+import copy
 import dataclasses
+from dataclasses import dataclass
 
 from edgeprune.errors import VerificationError
 from edgeprune.progress import Progress
@@ -10,13 +12,24 @@ from edgeprune.search.builder import CandidateBuilder, elapsed_text, signed
 from edgeprune.search.choice import best_meeting_budget, format_value, quality_tolerance
 from edgeprune.search.result import BuiltArtifact, Trial
 from edgeprune.search.space import Line, Shape, lines
+from edgeprune.serialization import from_jsonable, to_jsonable
 from edgeprune.tasks.base import Quality
 
 SIZE_MODEL_SLACK = 1.05  # export anyway when the prediction is within 5 % of the budget
 
 
-def best_first_search(builder: CandidateBuilder, budget: Budget, recipes: tuple[str, ...], reference: Quality,
-            progress: Progress) -> tuple[list[BuiltArtifact], list[Trial]]:
+@dataclass(frozen=True)
+class Proposal:
+    """The next candidate to build, and the signed validation quality it must exceed to replace the best so far
+    (None: there is none), which tells the builder whether benchmarking it is worth the device's time."""
+
+    recipe: str
+    shape: Shape
+    threshold: float | None = None
+    closest: bool = False  # nothing met every budget: the most compressed candidate, measured in full
+
+
+class BestFirstSearcher:
     """Best-first over the space's lines (recipe × FFN fraction × layers removed × vocabulary), cheap first.
 
     Per line only its *frontier* matters: the fewest heads removed that the size model (exact) and the latency
@@ -26,132 +39,202 @@ def best_first_search(builder: CandidateBuilder, budget: Budget, recipes: tuple[
     artifact showed over its estimate) and built in order of that estimate less the quantization loss
     measured for the recipe. A built candidate over a resource budget moves its line's frontier (and teaches
     the latency model); the search ends when no frontier's bound beats the best candidate meeting every budget.
+
+    The interface is ask-and-tell, in the spirit of ModelOpt's searchers: `propose()` names the next candidate
+    (None when nothing left can win), `tell()` / `reject()` report what building it gave; `state_dict()` is
+    every told result in order, and `load_state_dict()` replays them into a fresh searcher over the same space.
+    `space` answers the cheap questions (sizes, latency predictions, PyTorch estimates, head counts): the
+    `CandidateBuilder`, or anything with its methods.
     """
-    order = {name: index for index, name in enumerate(recipes)}
-    space = lines(recipes, builder.options.ffn_fractions, builder.layer_counts, _vocabulary_choices(builder))
-    built: dict[tuple[str, Shape], BuiltArtifact] = {}
-    over: list[tuple[str, Shape]] = []  # measured over a resource budget
-    anchors: list[tuple[str, Shape, BuiltArtifact]] = []  # measured, not over: nothing more compressed beats them
-    closed: dict[Line, str] = {}  # lines with nothing left to try, and why
-    tolerance = quality_tolerance(builder.options, reference)
-    incumbent: BuiltArtifact | None = None
-    trials: list[Trial] = []
-    rejected: set[str] = set()
-    floor = budget.quality_floor(reference)
-    if floor is not None and not reference.higher_is_better:
-        floor = -floor
 
-    def dominated(recipe: str, shape: Shape, others: list[tuple[str, Shape]]) -> bool:
-        return any(order[r] <= order[recipe] and shape.at_least_as_compressed_as(s) and (r, s) != (recipe, shape)
-                   for r, s in others)
+    def __init__(self, space: CandidateBuilder, budget: Budget, recipes: tuple[str, ...], reference: Quality,
+                 progress: Progress) -> None:
+        self.space, self.budget, self.recipes, self.reference, self.progress = space, budget, recipes, reference, \
+            progress
+        self.order = {name: index for index, name in enumerate(recipes)}
+        self.lines = lines(recipes, space.options.ffn_fractions, space.layer_counts, _vocabulary_choices(space))
+        self.built: dict[tuple[str, Shape], BuiltArtifact] = {}
+        self.over: list[tuple[str, Shape]] = []  # measured over a resource budget
+        self.anchors: list[tuple[str, Shape, BuiltArtifact]] = []  # measured, not over: nothing more compressed wins
+        self.closed: dict[Line, str] = {}  # lines with nothing left to try, and why
+        self.frontier: dict[Line, Shape] = {}
+        self.tolerance = quality_tolerance(space.options, reference)
+        self.incumbent: BuiltArtifact | None = None
+        self.trials: list[Trial] = []
+        self.rejected: set[str] = set()
+        self.told: list[dict] = []  # what state_dict returns
+        self.done = False
+        floor = budget.quality_floor(reference)
+        self.floor = -floor if floor is not None and not reference.higher_is_better else floor
 
-    while True:
-        frontier: dict[Line, Shape] = {}
-        for line in space:
-            if line in closed or line.recipe in rejected:
+    def _dominated(self, recipe: str, shape: Shape, others: list[tuple[str, Shape]]) -> bool:
+        return any(self.order[r] <= self.order[recipe] and shape.at_least_as_compressed_as(s) and (r, s) != (recipe,
+                   shape) for r, s in others)
+
+    def propose(self) -> Proposal | None:
+        """The most promising candidate that can still win; once none can, the closest candidate to measure when
+        nothing met every budget; then None."""
+        if self.done:
+            return None
+        space = self.space
+        self.frontier = {}
+        for line in self.lines:
+            if line in self.closed or line.recipe in self.rejected:
                 continue
-            shape = _frontier(builder, line, budget, over)
+            shape = _frontier(space, line, self.budget, self.over)
             if shape is not None:
-                frontier[line] = shape
+                self.frontier[line] = shape
         contenders = []
-        settled = [(r, s) for r, s, _ in anchors]
-        for line, shape in frontier.items():
-            others = settled + [(other.recipe, s) for other, s in frontier.items()]
-            if dominated(line.recipe, shape, settled):
-                closed[line] = "cannot beat a measured candidate that is less compressed"
-            elif not dominated(line.recipe, shape, others) and (line.recipe, shape) not in built:
+        settled = [(r, s) for r, s, _ in self.anchors]
+        for line, shape in self.frontier.items():
+            others = settled + [(other.recipe, s) for other, s in self.frontier.items()]
+            if self._dominated(line.recipe, shape, settled):
+                self.closed[line] = "cannot beat a measured candidate that is less compressed"
+            elif not self._dominated(line.recipe, shape, others) and (line.recipe, shape) not in self.built:
                 contenders.append((line, shape))
         ranked = []
-        gain = _largest_gain(anchors, builder)
+        gain = _largest_gain(self.anchors, space)
         for line, shape in contenders:
-            estimate = signed(builder.proxy(shape))
-            threshold = _threshold(incumbent, shape, builder, tolerance)
+            estimate = signed(space.proxy(shape))
+            threshold = _threshold(self.incumbent, shape, space, self.tolerance)
             if threshold is not None and estimate + gain <= threshold:
-                closed[line] = f"PyTorch estimate {builder.proxy(shape).value:.4f} cannot beat the best so far"
-            elif floor is not None and estimate + gain < floor:
-                closed[line] = f"PyTorch estimate {builder.proxy(shape).value:.4f} is under the quality floor"
+                self.closed[line] = f"PyTorch estimate {space.proxy(shape).value:.4f} cannot beat the best so far"
+            elif self.floor is not None and estimate + gain < self.floor:
+                self.closed[line] = f"PyTorch estimate {space.proxy(shape).value:.4f} is under the quality floor"
             else:  # most promising first: the estimate less what this recipe was seen to lose
-                expected = estimate - _quantization_loss(line.recipe, anchors, order, builder)
-                ranked.append((-expected, order[line.recipe], shape, line))
-        if not ranked:
-            break
-        _, _, shape, line = min(ranked)
-        recipe = RECIPES.get(line.recipe)
-        try:
-            artifact = builder.candidate(recipe, shape, budget, reference,
-                                         _threshold(incumbent, shape, builder, tolerance))
-        except VerificationError as error:  # the recipe does not hold on this model: drop it, keep searching
-            progress.warn(f"{recipe.name} rejected: {error}")
-            for other in space:
-                if other.recipe == recipe.name:
-                    closed[other] = f"{recipe.name} rejected by verification"
-            trials.append(Trial(line.recipe, shape.heads_removed, builder.predict_bytes(shape, recipe),
-                                note=f"rejected by verification: {error}", ffn_fraction=shape.ffn_fraction,
-                                layers_removed=shape.layers_removed, trim_vocabulary=shape.trim_vocabulary))
-            rejected.add(recipe.name)
-            continue
-        built[(line.recipe, shape)] = artifact
-        resources = [c for c in artifact.checks if not c.name.endswith("(validation)")]
-        over_budget = [c for c in resources if not c.passed and c.value is not None]
-        trials.append(Trial(line.recipe, shape.heads_removed, artifact.predicted_bytes, artifact.file_bytes,
-                            not over_budget and artifact.benchmark is not None, artifact.export_seconds,
-                            artifact.cached_export, artifact.note, shape.ffn_fraction, shape.layers_removed,
-                            shape.trim_vocabulary, builder.proxy(shape).value))
+                expected = estimate - _quantization_loss(line.recipe, self.anchors, self.order, space)
+                ranked.append((-expected, self.order[line.recipe], shape, line))
+        if ranked:
+            _, _, shape, line = min(ranked)
+            return Proposal(line.recipe, shape, _threshold(self.incumbent, shape, space, self.tolerance))
+        self.done = True
+        self._note_lines_not_built()
+        return self._closest()
+
+    def tell(self, proposal: Proposal, artifact: BuiltArtifact) -> None:
+        """What building `proposal` gave (benchmarked or not, checked against the budget)."""
+        self.told.append({"recipe": proposal.recipe, "shape": to_jsonable(proposal.shape),
+                          "threshold": proposal.threshold, "closest": proposal.closest,
+                          "artifact": to_jsonable(artifact)})
+        shape = proposal.shape
+        self.built[(proposal.recipe, shape)] = artifact
+        self.space.observe(proposal.recipe, shape, artifact)
+        if proposal.closest:
+            self.trials.append(Trial(proposal.recipe, shape.heads_removed, artifact.predicted_bytes,
+                                     artifact.file_bytes, artifact.meets_budget,
+                                     note="closest: the most compressed candidate", ffn_fraction=shape.ffn_fraction,
+                                     layers_removed=shape.layers_removed, trim_vocabulary=shape.trim_vocabulary))
+            return
+        over_budget = [c for c in artifact.checks if c.kind != "quality" and not c.passed and c.value is not None]
+        self.trials.append(Trial(proposal.recipe, shape.heads_removed, artifact.predicted_bytes, artifact.file_bytes,
+                                 not over_budget and artifact.benchmark is not None, artifact.export_seconds,
+                                 artifact.cached_export, artifact.note, shape.ffn_fraction, shape.layers_removed,
+                                 shape.trim_vocabulary, self.space.proxy(shape).value))
         if over_budget:
             # trimming the vocabulary changes only the size: over on anything else is over with either vocabulary
-            size_only = all(c.name == "size" for c in over_budget)
-            over.append((line.recipe, shape if size_only else dataclasses.replace(shape, trim_vocabulary=True)))
+            size_only = all(c.kind == "size" for c in over_budget)
+            self.over.append((proposal.recipe, shape if size_only else dataclasses.replace(shape,
+                                                                                         trim_vocabulary=True)))
             failed = ", ".join(f"{c.name} {format_value(c.value)} > {format_value(c.limit)} {c.unit}".strip()
                                for c in over_budget)
-            progress.note(f"  over budget ({failed}): compressing further")
+            self.progress.note(f"  over budget ({failed}): compressing further")
         else:
-            anchors.append((line.recipe, shape, artifact))
-            incumbent = best_meeting_budget(built.values(), tolerance)
-        _note_best(progress, incumbent, builder.started)
-    for line in space:  # what stopped each line that never built a candidate
-        reason = closed.get(line) or ("a less compressed candidate of an equal or higher-fidelity recipe was "
-                                      "preferred" if line in frontier else
-                                      "the size or latency model predicts every head count over budget")
-        if not any(r == line.recipe and _on_line(s, line) for r, s in built):
-            shape = line.shape(builder.head_counts(line.layers_removed)[-1])
-            trials.append(Trial(line.recipe, shape.heads_removed, builder.predict_bytes(shape, RECIPES.get(
-                line.recipe)), note=f"not built: {reason}", ffn_fraction=line.ffn_fraction,
-                layers_removed=line.layers_removed, trim_vocabulary=line.trim_vocabulary))
-    if not any(a.meets_budget for a in built.values()):
-        usable = [line for line in space if line.recipe not in rejected]
+            self.anchors.append((proposal.recipe, shape, artifact))
+            self.incumbent = best_meeting_budget(self.built.values(), self.tolerance)
+        _note_best(self.progress, self.incumbent, self.space.started)
+
+    def reject(self, proposal: Proposal, error: VerificationError) -> None:
+        """The recipe does not hold on this model (its artifact disagreed with PyTorch): drop it, keep searching."""
+        self.told.append({"recipe": proposal.recipe, "shape": to_jsonable(proposal.shape), "rejected": str(error)})
+        self.progress.warn(f"{proposal.recipe} rejected: {error}")
+        for other in self.lines:
+            if other.recipe == proposal.recipe:
+                self.closed[other] = f"{proposal.recipe} rejected by verification"
+        shape = proposal.shape
+        self.trials.append(Trial(proposal.recipe, shape.heads_removed,
+                                 self.space.predict_bytes(shape, RECIPES.get(proposal.recipe)),
+                                 note=f"rejected by verification: {error}", ffn_fraction=shape.ffn_fraction,
+                                 layers_removed=shape.layers_removed, trim_vocabulary=shape.trim_vocabulary))
+        self.rejected.add(proposal.recipe)
+
+    def result(self) -> tuple[list[BuiltArtifact], list[Trial]]:
+        """Every candidate built and every trial, the lines never built included."""
+        return list(self.built.values()), self.trials
+
+    def state_dict(self) -> dict:
+        return {"format_version": 1, "told": copy.deepcopy(self.told)}
+
+    def load_state_dict(self, state: dict) -> None:
+        """Replay told results into this (fresh) searcher: it then proposes what the saved one would have."""
+        if state.get("format_version") != 1:
+            raise ValueError(f"unknown searcher state format {state.get('format_version')!r}")
+        for told in state["told"]:
+            proposal = self.propose()
+            shape = from_jsonable(Shape, told["shape"])
+            if proposal is None or (proposal.recipe, proposal.shape) != (told["recipe"], shape):
+                raise ValueError(f"the saved search told {told['recipe']} {shape.describe()}, but this search "
+                                 f"proposes {proposal}: not the same space, budget or estimates")
+            if "rejected" in told:
+                self.reject(proposal, VerificationError(told["rejected"]))
+            else:
+                self.tell(proposal, from_jsonable(BuiltArtifact, told["artifact"]))
+
+    def _note_lines_not_built(self) -> None:
+        for line in self.lines:  # what stopped each line that never built a candidate
+            reason = self.closed.get(line) or ("a less compressed candidate of an equal or higher-fidelity recipe "
+                                               "was preferred" if line in self.frontier else
+                                               "the size or latency model predicts every head count over budget")
+            if not any(r == line.recipe and _on_line(s, line) for r, s in self.built):
+                shape = line.shape(self.space.head_counts(line.layers_removed)[-1])
+                self.trials.append(Trial(line.recipe, shape.heads_removed, self.space.predict_bytes(
+                    shape, RECIPES.get(line.recipe)), note=f"not built: {reason}", ffn_fraction=line.ffn_fraction,
+                    layers_removed=line.layers_removed, trim_vocabulary=line.trim_vocabulary))
+
+    def _closest(self) -> Proposal | None:
+        """Nothing meets every budget: the most compressed candidate — of the recipe measured fastest when latency
+        binds, else the smallest recipe — to be measured in full, to show how close it gets."""
+        if any(a.meets_budget for a in self.built.values()):
+            return None
+        usable = [line for line in self.lines if line.recipe not in self.rejected]
         if not usable:
-            raise VerificationError(f"every recipe tried ({', '.join(recipes)}) was rejected by verification on "
-                                    "this model; try another --recipe (e.g. int8)")
-        _build_closest(builder, budget, reference, progress, usable, built, trials)
-    return list(built.values()), trials
+            raise VerificationError(f"every recipe tried ({', '.join(self.recipes)}) was rejected by verification "
+                                    "on this model; try another --recipe (e.g. int8)")
+        benchmarked = [a for a in self.built.values() if a.benchmark is not None]
+        recipe = usable[-1].recipe
+        if self.budget.max_latency_ms is not None and benchmarked:
+            recipe = min(benchmarked, key=lambda a: a.benchmark.p50_ms).recipe
+        layers = max(self.space.layer_counts)
+        shape = Shape(self.space.head_counts(layers)[-1], max(self.space.options.ffn_fractions), layers,
+                      usable[-1].trim_vocabulary)
+        if (recipe, shape) in self.built:
+            return None
+        self.progress.note(f"nothing meets every budget; building the most compressed candidate ({recipe}, "
+                           f"{shape.describe()}) to show how close it gets")
+        return Proposal(recipe, shape, closest=True)
 
 
-def _build_closest(builder: CandidateBuilder, budget: Budget, reference: Quality, progress: Progress, space: list[Line],
-                   built: dict[tuple[str, Shape], BuiltArtifact], trials: list[Trial]) -> None:
-    """Nothing meets every budget: build (if not yet) the most compressed candidate — of the recipe measured
-    fastest when latency binds, else the smallest recipe — and measure it fully, to show how close it gets."""
-    benchmarked = [a for a in built.values() if a.benchmark is not None]
-    recipe = space[-1].recipe
-    if budget.max_latency_ms is not None and benchmarked:
-        recipe = min(benchmarked, key=lambda a: a.benchmark.p50_ms).recipe
-    layers = max(builder.layer_counts)
-    shape = Shape(builder.head_counts(layers)[-1], max(builder.options.ffn_fractions), layers,
-                  space[-1].trim_vocabulary)
-    if (recipe, shape) in built:
-        return
-    progress.note(f"nothing meets every budget; building the most compressed candidate ({recipe}, "
-                  f"{shape.describe()}) to show how close it gets")
-    artifact = builder.candidate(RECIPES.get(recipe), shape, budget, reference)
-    if artifact.validation_quality is None:
-        builder.evaluate(artifact)
-    if artifact.benchmark is None:
-        builder.benchmark(artifact)
-    artifact.checks = budget.check(artifact.file_bytes, artifact.benchmark, artifact.validation_quality, reference)
-    trials.append(Trial(recipe, shape.heads_removed, artifact.predicted_bytes, artifact.file_bytes,
-                        artifact.meets_budget, note="closest: the most compressed candidate",
-                        ffn_fraction=shape.ffn_fraction, layers_removed=shape.layers_removed,
-                        trim_vocabulary=shape.trim_vocabulary))
-    built[(recipe, shape)] = artifact
+def best_first_search(builder: CandidateBuilder, budget: Budget, recipes: tuple[str, ...], reference: Quality,
+                      progress: Progress) -> tuple[list[BuiltArtifact], list[Trial]]:
+    """Build what the searcher proposes until it proposes nothing; every candidate built and every trial."""
+    searcher = BestFirstSearcher(builder, budget, recipes, reference, progress)
+    while (proposal := searcher.propose()) is not None:
+        try:
+            artifact = builder.candidate(RECIPES.get(proposal.recipe), proposal.shape, budget, reference,
+                                         proposal.threshold)
+        except VerificationError as error:
+            if proposal.closest:
+                raise
+            searcher.reject(proposal, error)
+            continue
+        if proposal.closest:  # measured in full, whatever it can win
+            if artifact.validation_quality is None:
+                builder.evaluate(artifact)
+            if artifact.benchmark is None:
+                builder.benchmark(artifact)
+            artifact.checks = budget.check(artifact.file_bytes, artifact.benchmark, artifact.validation_quality,
+                                           reference)
+        searcher.tell(proposal, artifact)
+    return searcher.result()
 
 
 def _threshold(incumbent: BuiltArtifact | None, shape: Shape, builder: CandidateBuilder,
@@ -219,7 +302,6 @@ def _quantization_loss(recipe: str, anchors: list[tuple[str, Shape, BuiltArtifac
         return min(losses[recipe])
     higher = [min(values) for name, values in losses.items() if order[name] < order[recipe]]
     return max(higher, default=0.0)
-
 
 
 def _note_best(progress: Progress, best: BuiltArtifact | None, started: float) -> None:
