@@ -47,6 +47,11 @@ def _convert(hint: Any, data: Any) -> Any:
         (item,) = typing.get_args(hint)
         return [_convert(item, v) for v in data]
     if origin is tuple:
+        items = typing.get_args(hint)
+        if len(items) == 2 and items[1] is Ellipsis:  # tuple[X, ...]
+            return tuple(_convert(items[0], v) for v in data)
+        if items and len(items) == len(data):  # tuple[X, Y]
+            return tuple(_convert(item, v) for item, v in zip(items, data, strict=True))
         return tuple(data)
     if origin is dict:
         key_type, value_type = typing.get_args(hint)

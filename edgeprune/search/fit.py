@@ -46,7 +46,7 @@ from edgeprune.search.result import BuiltArtifact, FitResult
 from edgeprune.search.searcher import best_first_search
 from edgeprune.search.ship import keep_only, reproduce, ship_files, summary
 from edgeprune.search.space import Shape
-from edgeprune.serialization import to_jsonable, write_json_atomic, write_text_atomic
+from edgeprune.serialization import to_jsonable, write_text_atomic
 from edgeprune.tasks.base import Task
 from edgeprune.tasks.metrics import per_class_regressions
 
@@ -167,7 +167,7 @@ def fit_task(
             per_class_regressions=per_class_regressions(dense.quality.details, fitted.quality.details),
             shipped_files=shipped, device_profile=_profile_facts(profile), quality_tolerance=round(tolerance, 6),
         )
-        write_json_atomic(work / "result.json", to_jsonable(result))
+        result.save(work / "result.json")
         write_text_atomic(work / "report.md", render_markdown(result))
         write_text_atomic(work / "report.html", render_html(result))
         (work / JOURNAL_NAME).unlink()

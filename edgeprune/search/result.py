@@ -1,13 +1,19 @@
 """What a fit produces: every trial, the dense baseline, every candidate built and the chosen one, all JSON-ready."""
 
+import json
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
 
 from edgeprune.bench.benchmark import BenchmarkResult
+from edgeprune.errors import UserInputError
 from edgeprune.export.verify import Verification
 from edgeprune.search.budget import Budget, BudgetCheck
 from edgeprune.search.space import Shape
+from edgeprune.serialization import from_jsonable, to_jsonable, write_json_atomic
 from edgeprune.tasks.base import Quality
+
+RESULT_FORMAT_VERSION = 1
 
 
 @dataclass
@@ -94,7 +100,35 @@ class FitResult:
     shipped_files: list[str] = field(default_factory=list)  # what the app needs next to the artifact
     device_profile: dict[str, Any] = field(default_factory=dict)  # hardware and runtime facts of the profile
     quality_tolerance: float = 0.0  # validation qualities this close were a tie, won by the least compressed
+    format_version: int = RESULT_FORMAT_VERSION  # of this schema; `load` refuses a newer one
 
     @property
     def fits(self) -> bool:
         return self.status == "fit"
+
+    def save(self, path: str | Path) -> Path:
+        """Write result.json atomically (readers never see half a file)."""
+        write_json_atomic(Path(path), to_jsonable(self))
+        return Path(path)
+
+    @classmethod
+    def load(cls, path: str | Path) -> "FitResult":
+        """Read a result.json written by `fit` (this or an earlier format) back into typed values."""
+        path = Path(path)
+        try:
+            data = json.loads(path.read_text())
+        except FileNotFoundError:
+            raise UserInputError(f"{path} does not exist; point at the result.json of a finished fit") from None
+        except (OSError, UnicodeDecodeError, json.JSONDecodeError) as error:
+            raise UserInputError(f"{path} is not a readable result.json ({error})") from None
+        if not isinstance(data, dict):
+            raise UserInputError(f"{path} is not a result.json (a JSON object)")
+        version = data.get("format_version", 0)  # results before format 1 carried no version
+        if not isinstance(version, int) or version > RESULT_FORMAT_VERSION:
+            raise UserInputError(f"{path} has result format {version!r}; this edgeprune reads up to "
+                                 f"{RESULT_FORMAT_VERSION}: upgrade edgeprune")
+        data["format_version"] = RESULT_FORMAT_VERSION
+        try:
+            return from_jsonable(cls, data)
+        except (KeyError, TypeError, ValueError) as error:
+            raise UserInputError(f"{path} does not hold a fit result ({type(error).__name__}: {error})") from None
