@@ -12,7 +12,10 @@ from edgeprune.pruning import (  # noqa: E402
     Constraints,
     HardConcreteConfig,
     PruningPlan,
+    StructureCompensation,
+    StructurePlan,
     apply_plan,
+    apply_structure,
     iterative_prune,
     learn_head_gates,
     measure_flops,
@@ -49,5 +52,6 @@ __all__ = [
     "plan_hard_concrete", "plan_per_layer", "plan_threshold", "predicted_flops", "predicted_parameter_count",
     "prune_heads", "quantize", "save", "score_heads", "score_layers", "verify_artifact", "DistillConfig", "DistillData",
     "DistillResult", "distill", "prune_and_recover", "benchmark_on", "TASKS", "CausalLMTask", "EmbeddingTask",
-    "ImageClassificationTask", "Quality", "Task", "make_task", "module_task",
+    "ImageClassificationTask", "Quality", "Task", "make_task", "module_task", "StructurePlan", "StructureCompensation",
+    "apply_structure",
 ]

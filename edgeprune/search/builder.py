@@ -25,8 +25,10 @@ from edgeprune.export import RUNTIMES, content_key, export_prepared, load_artifa
 from edgeprune.importance import HeadScores
 from edgeprune.models import adapter_for
 from edgeprune.progress import Progress
-from edgeprune.pruning import PruningPlan, apply_plan, measure_flops, plan_global_topk
+from edgeprune.pruning import PruningPlan, measure_flops, plan_global_topk
 from edgeprune.pruning.compensation import HeadOutputMeans
+from edgeprune.pruning.ffn import intermediate_sizes, plan_neurons
+from edgeprune.pruning.structure import StructureCompensation, StructurePlan, apply_structure, ffn_kept_from_removal
 from edgeprune.quantize import CALIBRATION_EXAMPLES, FP32_RECIPE, RECIPES, Recipe, SizeModel
 from edgeprune.quantize.size_model import ParameterLayout, payload_bytes
 from edgeprune.quantize.vocabulary import VocabularyMap, trim_vocabulary
@@ -133,23 +135,29 @@ class CandidateBuilder:
             self._neurons = neuron_statistics(self.teacher, self._input_batches())
         return self._neurons
 
-    def pruned(self, shape: Shape) -> nn.Module:
-        """The teacher cut to `shape`: heads (bias-compensated), FFN neurons (mean-folded), layers, vocabulary."""
-        from edgeprune.pruning.ffn import plan_neurons, remove_neurons
-
-        if shape.trim_vocabulary and self._trimmed is None:
-            if self.vocabulary is None:
-                raise UserInputError("this task has no vocabulary to trim")
-            self._trimmed = trim_vocabulary(copy.deepcopy(self.teacher), self.vocabulary)
-        model = copy.deepcopy(self._trimmed if shape.trim_vocabulary else self.teacher)
-        apply_plan(model, self.plan(shape.heads_removed, shape.layers_removed), compensation=self.means)
+    def structure(self, shape: Shape) -> StructurePlan:
+        """What `shape` keeps of the teacher, on the teacher's indices: the global top-k heads of the layers that
+        stay, the FFN neurons of highest fluctuation, the most redundant layers removed, the trimmed vocabulary."""
+        ffn_kept = None
         if shape.ffn_fraction:
-            statistics = self.neuron_statistics()
-            removal = plan_neurons(statistics.fluctuation, shape.ffn_fraction)
-            remove_neurons(model, removal, means=statistics.means if self.options.compensate else None)
-        if shape.layers_removed:
-            adapter_for(model).remove_layers(model, self.removed_layers(shape.layers_removed))
-        return model
+            removal = plan_neurons(self.neuron_statistics().fluctuation, shape.ffn_fraction)
+            ffn_kept = ffn_kept_from_removal(intermediate_sizes(self.teacher), removal)
+        if shape.trim_vocabulary and self.vocabulary is None:
+            raise UserInputError("this task has no vocabulary to trim")
+        return StructurePlan(self.plan(shape.heads_removed, shape.layers_removed), ffn_kept,
+                             self.removed_layers(shape.layers_removed),
+                             self.vocabulary if shape.trim_vocabulary else None)
+
+    def pruned(self, shape: Shape) -> nn.Module:
+        """The teacher cut to `shape` by `apply_structure`: heads and FFN neurons with their mean outputs folded
+        into the biases (unless compensation is off), layers, vocabulary."""
+        structure = self.structure(shape)
+        neuron_means = self.neuron_statistics().means if shape.ffn_fraction and self.options.compensate else None
+        compensation = StructureCompensation(self.means, neuron_means)
+        if structure.vocabulary is not None and self._trimmed is None:  # trimmed once, copied for every shape
+            self._trimmed = trim_vocabulary(copy.deepcopy(self.teacher), structure.vocabulary)
+        model = copy.deepcopy(self._trimmed if structure.vocabulary is not None else self.teacher)
+        return apply_structure(model, dataclasses.replace(structure, vocabulary=None), compensation)
 
     def recovered(self, plan: PruningPlan) -> nn.Module:
         """The pruned model distilled from the dense teacher; starts from the closest recovered candidate with
