@@ -17,9 +17,9 @@ import numpy as np
 import torch
 from torch import nn
 
-from edgeprune.importance import _common
-from edgeprune.importance._common import batch_size, eval_mode, masked_example_mean, require_examples, token_mask
+from edgeprune.importance import common
 from edgeprune.importance.base import Batch, HeadCriterion, HeadScores, LossFn
+from edgeprune.importance.common import batch_size, eval_mode, masked_example_mean, require_examples, token_mask
 from edgeprune.models import adapter_for
 
 
@@ -50,8 +50,8 @@ class ActivationNorm(HeadCriterion):
         with eval_mode(model), torch.no_grad(), adapter.head_output_hook(model, accumulate):
             for batch in batches:
                 mask = token_mask(batch)
-                _common.forward(model, batch)
+                common.forward(model, batch)
                 examples += batch_size(batch)
         require_examples(examples)
-        return HeadScores(_common.to_dense(blocks, total / examples), self.name, examples,
+        return HeadScores(common.to_dense(blocks, total / examples), self.name, examples,
                           extra={"projected": self.projected})

@@ -18,9 +18,9 @@ import numpy as np
 import torch
 from torch import nn
 
-from edgeprune.importance import _common
-from edgeprune.importance._common import batch_size, eval_mode, masked_example_mean, require_examples, token_mask
+from edgeprune.importance import common
 from edgeprune.importance.base import Batch, LayerCriterion, LayerScores, LossFn
+from edgeprune.importance.common import batch_size, eval_mode, masked_example_mean, require_examples, token_mask
 from edgeprune.models import adapter_for
 from edgeprune.models.base import hooks_removed_after
 
@@ -70,7 +70,7 @@ class AngularDistance(LayerCriterion):
             for batch in batches:
                 inputs.clear()
                 outputs.clear()
-                _common.forward(model, batch)
+                common.forward(model, batch)
                 mask = token_mask(batch)
                 for start in range(len(total)):
                     distance = angular_distance(inputs[start], outputs[start + n - 1])  # [batch, tokens]

@@ -20,9 +20,9 @@ import numpy as np
 import torch
 from torch import nn
 
-from edgeprune.importance import _common
-from edgeprune.importance._common import batch_size, eval_mode, require_examples, token_mask
+from edgeprune.importance import common
 from edgeprune.importance.base import Batch, HeadCriterion, HeadScores, LossFn
+from edgeprune.importance.common import batch_size, eval_mode, require_examples, token_mask
 from edgeprune.models import adapter_for
 
 FORMS = ("projected", "flap")
@@ -56,7 +56,7 @@ class Fluctuation(HeadCriterion):
         with eval_mode(model), torch.no_grad(), adapter.head_output_hook(model, accumulate):
             for batch in batches:
                 mask = token_mask(batch)
-                _common.forward(model, batch)
+                common.forward(model, batch)
                 examples += batch_size(batch)
         require_examples(examples)
         per_position = np.full((len(blocks), max(b.num_heads for b in blocks)), np.nan)
@@ -71,4 +71,4 @@ class Fluctuation(HeadCriterion):
             else:
                 values = torch.einsum("hde,hde->h", gram, covariance)  # tr(Wᵀ W Cov), both symmetric
             per_position[block.layer, : block.num_heads] = values.numpy()
-        return HeadScores(_common.to_dense(blocks, per_position), self.name, examples, extra={"form": self.form})
+        return HeadScores(common.to_dense(blocks, per_position), self.name, examples, extra={"form": self.form})

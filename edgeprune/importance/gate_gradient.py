@@ -11,8 +11,8 @@ from collections.abc import Iterable
 import torch
 from torch import nn
 
-from edgeprune.importance._common import eval_mode, require_examples, to_dense
 from edgeprune.importance.base import Batch, HeadCriterion, HeadScores, LossFn
+from edgeprune.importance.common import eval_mode, require_examples, to_dense
 from edgeprune.models import adapter_for
 from edgeprune.models.base import frozen_parameters
 

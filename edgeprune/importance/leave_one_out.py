@@ -22,8 +22,8 @@ import numpy as np
 import torch
 from torch import nn
 
-from edgeprune.importance._common import batch_size, eval_mode, require_examples, to_dense
 from edgeprune.importance.base import Batch, HeadCriterion, HeadScores, LossFn
+from edgeprune.importance.common import batch_size, eval_mode, require_examples, to_dense
 from edgeprune.models import adapter_for
 
 

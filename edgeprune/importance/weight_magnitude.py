@@ -14,8 +14,8 @@ import numpy as np
 import torch
 from torch import nn
 
-from edgeprune.importance._common import to_dense
 from edgeprune.importance.base import Batch, HeadCriterion, HeadScores, LossFn
+from edgeprune.importance.common import to_dense
 from edgeprune.models import adapter_for
 
 NORMS = {"l1": 1, "l2": 2}

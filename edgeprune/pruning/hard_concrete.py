@@ -16,8 +16,8 @@ import torch
 from torch import nn
 
 from edgeprune.importance import classification_loss
-from edgeprune.importance._common import to_dense
 from edgeprune.importance.base import Batch, HeadScores, LossFn
+from edgeprune.importance.common import to_dense
 from edgeprune.models import adapter_for
 from edgeprune.models.base import frozen_parameters
 from edgeprune.pruning.constraints import Constraints
