@@ -22,9 +22,11 @@ demo: $(STAMP)
 
 test: $(STAMP)
 	# the transport tests drive a real sshd, ssh client and adb client, the report test a headless chromium (Debian)
+	# mksh and busybox: the remote stop script is checked under Android's and busybox's shells
 	(command -v sshd || test -x /usr/sbin/sshd) >/dev/null && command -v ssh >/dev/null && command -v adb >/dev/null \
-		&& command -v chromium >/dev/null || (apt-get update -qq && DEBIAN_FRONTEND=noninteractive \
-		apt-get install -y -qq openssh-server openssh-client adb chromium)
+		&& command -v chromium >/dev/null && command -v mksh >/dev/null && command -v busybox >/dev/null \
+		|| (apt-get update -qq && DEBIAN_FRONTEND=noninteractive \
+		apt-get install -y -qq openssh-server openssh-client adb chromium mksh busybox)
 	$(BIN)/python -m pytest -q -rs
 
 test-fast: $(STAMP)

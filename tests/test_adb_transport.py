@@ -1,7 +1,9 @@
 """The ADB transport: its pure parts (exit-status marker, taskset mask), then the real `adb` client
 against a loopback stand-in for a phone (tests/adb_peer.py)."""
 
+import os
 import shutil
+import signal
 import subprocess
 import sys
 from pathlib import Path
@@ -19,7 +21,9 @@ from edgeprune.devices.transports.adb import (
     taskset_mask,
     with_exit_marker,
 )
+from edgeprune.devices.transports.base import DeviceTimeoutError
 from edgeprune.errors import DeviceUnreachableError
+from tests._device_fixtures import running_with, sleeper, unique_marker, wait_for
 from tests.adb_peer import AdbPeer
 from tests.sshd import free_port
 
@@ -139,23 +143,48 @@ def test_push_run_fetch_through_the_real_adb_client(phone, tmp_path):
     assert not Path(workdir).exists()
 
 
-@pytest.mark.integration
-def test_benchmark_through_the_real_adb_client(phone, tmp_path):
+@pytest.fixture(scope="module")
+def tiny_tflite(tmp_path_factory):
+    """A tiny encoder exported for LiteRT, with inputs shaped like the CLI's at --max-length 16."""
     import torch
 
-    from edgeprune.bench import benchmark_on
     from edgeprune.export import export
     from edgeprune.models.classifier import EncoderClassifier
     from tests.conftest import tiny_bert
 
-    _, endpoint = phone
     model = EncoderClassifier(tiny_bert(), torch.nn.Linear(32, 5)).eval()
     inputs = (torch.randint(1000, 30522, (1, 16)), torch.ones(1, 16, dtype=torch.long))
-    artifact = export(model, inputs, tmp_path / "tiny.tflite", "litert-fp32").path
+    return export(model, inputs, tmp_path_factory.mktemp("litert") / "tiny.tflite", "litert-fp32").path, inputs
+
+
+@pytest.mark.integration
+def test_benchmark_through_the_real_adb_client(phone, tiny_tflite):
+    from edgeprune.bench import benchmark_on
+
+    _, endpoint = phone
+    artifact, inputs = tiny_tflite
     with AdbTransport(endpoint, python=sys.executable) as transport:  # a phone would need Termux's python
         result = benchmark_on(transport, artifact, inputs, None, 1, warmup=1, runs=3, device="android-arm64")
     assert result.device == "android-arm64" and result.runtime == "litert" and result.timed_runs == 3
     assert result.file_bytes == artifact.stat().st_size
+
+
+def test_a_timeout_ends_the_command_on_the_phone_and_removes_its_folder(phone, tmp_path):
+    """The peer runs shell commands in this machine's `sh`, as adbd does in the phone's, and like adbd it does
+    not end them when the adb client goes away: the transport's second `adb shell` has to."""
+    _, endpoint = phone
+    marker, pids = unique_marker(), tmp_path / "sleeper.pids"
+    try:
+        with AdbTransport(endpoint) as transport:
+            workdir = transport.workdir
+            with pytest.raises(DeviceTimeoutError, match="ran past its 3 s timeout"):
+                transport.run(sleeper(marker, pids), timeout_s=3)
+        assert pids.exists(), "the command never started on the phone: the test proves nothing"
+        assert wait_for(lambda: running_with(marker) == [], 5), "the command and its child still run on the phone"
+        assert not Path(workdir).exists()
+    finally:
+        for pid in running_with(marker):
+            os.kill(pid, signal.SIGKILL)
 
 
 def test_an_unplugged_phone_is_unreachable_in_one_line(phone):
@@ -198,14 +227,13 @@ adb_port = {endpoint.adb_port}
     assert report["connection"] == f"adb device {peer.serial}" and report["ok"] and report["runtimes"]["litert"]
 
 
-def test_a_native_tool_missing_on_the_phone_is_one_clean_line(phone, tmp_path, tiny_bert_dir, capsys):
+def test_a_native_tool_missing_on_the_phone_is_one_clean_line(phone, tmp_path, tiny_bert_dir, tiny_tflite, capsys):
     """The profile's native runner through the real adb client; the peer has no benchmark_model, as a phone
     before `adb push benchmark_model /data/local/tmp/` has none."""
     from edgeprune.cli import main
 
     peer, endpoint = phone
-    artifact = tmp_path / "m.tflite"
-    artifact.write_bytes(b"TFL3 not a real model")  # never loaded: the tool is missing
+    artifact, _ = tiny_tflite  # a real model, so that only the missing tool can fail
     profile = tmp_path / "phone.toml"
     profile.write_text(f"""name = "phone"
 description = "the loopback adb peer with native tools"

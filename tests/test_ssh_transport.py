@@ -8,6 +8,8 @@ import json
 import os
 import platform
 import shutil
+import signal
+import subprocess
 import sys
 import threading
 import time
@@ -19,10 +21,12 @@ from edgeprune.bench import benchmark_local, benchmark_on
 from edgeprune.cli import main
 from edgeprune.devices import load_profile
 from edgeprune.devices.transports import open_transport
+from edgeprune.devices.transports.base import DeviceTimeoutError
 from edgeprune.devices.transports.ssh import SshTransport, parse_target
 from edgeprune.errors import DeviceUnreachableError, EdgepruneError, UserInputError
 from edgeprune.export import export
 from edgeprune.models.classifier import EncoderClassifier
+from tests._device_fixtures import running_with, sleeper, unique_marker, wait_for
 from tests.conftest import tiny_bert
 from tests.sshd import free_port, keygen, start_sshd
 
@@ -102,14 +106,73 @@ def test_a_command_past_its_timeout_is_stopped(sshd):
         assert time.monotonic() - start < 10
 
 
+@pytest.fixture
+def sleeping_run(tmp_path):
+    """(marker, pids file) of a remote `sleeper`; whatever of it is still running at the end is killed."""
+    marker = unique_marker()
+    yield marker, tmp_path / "sleeper.pids"
+    for pid in running_with(marker):
+        os.kill(pid, signal.SIGKILL)
+
+
+def test_a_timeout_ends_the_command_on_the_device_and_removes_its_folder(sshd, sleeping_run):
+    marker, pids = sleeping_run
+    with SshTransport(sshd.endpoint()) as transport:
+        workdir = transport.workdir
+        with pytest.raises(DeviceTimeoutError, match="ran past its 3 s timeout") as error:
+            transport.run(sleeper(marker, pids), timeout_s=3)
+    assert pids.exists(), "the command never started on the device: the test proves nothing"
+    assert wait_for(lambda: running_with(marker) == [], 5), "the command and its child still run on the device"
+    assert not os.path.exists(workdir)
+    # one line that names the command, not the guard around it
+    assert f"timeout: {sys.executable} -c 'import pathlib" in str(error.value) and "\n" not in str(error.value)
+
+
+def test_ctrl_c_ends_the_command_on_the_device(sshd, sleeping_run):
+    marker, pids = sleeping_run
+
+    def interrupt_once_started() -> None:
+        if wait_for(pids.exists):
+            os.kill(os.getpid(), signal.SIGINT)
+
+    with SshTransport(sshd.endpoint()) as transport:
+        workdir = transport.workdir
+        ctrl_c = threading.Thread(target=interrupt_once_started)
+        ctrl_c.start()
+        with pytest.raises(KeyboardInterrupt):
+            transport.run(sleeper(marker, pids), timeout_s=60)
+        ctrl_c.join()
+    assert wait_for(lambda: running_with(marker) == [], 5), "the command and its child still run on the device"
+    assert not os.path.exists(workdir)
+
+
 def test_a_changed_host_key_is_refused_even_with_trust_on_first_use(sshd, tmp_path):
     impostor = keygen(tmp_path / "impostor")
     sshd.known_hosts.write_text(f"[127.0.0.1]:{sshd.port} {' '.join(impostor.split()[:2])}\n")
     for trust in (False, True):
         with pytest.raises(DeviceUnreachableError, match="does not match the one in .*known_hosts") as error:
             SshTransport(sshd.endpoint(trust_on_first_use=trust)).run(["true"])
-        assert "ssh-keygen -R" in str(error.value) and error.value.exit_code == 5
+        assert "ssh-keygen -f" in str(error.value) and error.value.exit_code == 5
     assert sshd.host_public_key.split()[1] not in sshd.known_hosts.read_text()
+
+
+def test_the_changed_host_key_hint_names_the_known_hosts_file_in_use_and_works(sshd, tmp_path):
+    """A known_hosts file of the profile's own, in a folder with a space: the hint must clean that file."""
+    impostor = keygen(tmp_path / "impostor")
+    custom = tmp_path / "team keys" / "board_known_hosts"
+    custom.parent.mkdir()
+    custom.write_text(f"other.example {' '.join(sshd.host_public_key.split()[:2])}\n"
+                      f"[127.0.0.1]:{sshd.port} {' '.join(impostor.split()[:2])}\n")
+    endpoint = sshd.endpoint(known_hosts=str(custom))
+    with pytest.raises(DeviceUnreachableError) as error:
+        SshTransport(endpoint).run(["true"])
+    message = str(error.value)
+    hint = f"ssh-keygen -f '{custom}' -R '[127.0.0.1]:{sshd.port}'"
+    assert f"does not match the one in {custom};" in message and message.endswith(hint) and "\n" not in message
+    subprocess.run(["sh", "-c", hint], check=True, capture_output=True, timeout=30)  # the hint, as a user runs it
+    assert impostor.split()[1] not in custom.read_text() and "other.example" in custom.read_text()
+    with pytest.raises(DeviceUnreachableError, match=f"is not in {custom}; refusing"):  # the old key is gone
+        SshTransport(endpoint).run(["true"])
 
 
 def test_an_unknown_host_key_is_refused_unless_trusted_on_first_use_which_says_so(sshd, capsys):

@@ -1,17 +1,27 @@
 """An Android device over ADB, with the real `adb` client on its own server port (`adb -P PORT`).
 
 Files live under /data/local/tmp. Legacy `adb shell` returns no exit status and merges stderr into
-stdout, so every command ends with a marker line carrying `$?`, parsed by `split_exit_marker`.
+stdout, so every command ends with a marker line carrying `$?`, parsed by `split_exit_marker`. Commands
+run in a process group of their own (`guarded_command`): a timeout or Ctrl-C kills the local adb client,
+which leaves them running on the phone, so a second `adb shell` ends the group there.
 """
 
 import re
 import shlex
 import subprocess
+import sys
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
-from edgeprune.devices.transports.base import CommandResult, DeviceTimeoutError, Transport, register, shell_command
+from edgeprune.devices.transports.base import (
+    CommandResult,
+    DeviceTimeoutError,
+    Transport,
+    guarded_command,
+    register,
+    stop_command,
+)
 from edgeprune.errors import DeviceUnreachableError, EdgepruneError, UserInputError
 
 RC_MARKER = "__edgeprune_rc="
@@ -140,7 +150,16 @@ class AdbTransport(Transport):
         return target
 
     def run(self, argv: Sequence[str], timeout_s: float = 600, env: Mapping[str, str] | None = None) -> CommandResult:
-        return self.shell(shell_command(argv, cwd=self.workdir, env=env), timeout_s)
+        tag = self.next_run_tag()
+        line = guarded_command(argv, self.workdir, tag, env)  # the work folder first: its own errors stand
+        try:
+            return self.shell(line, timeout_s)
+        except (DeviceTimeoutError, KeyboardInterrupt):
+            try:  # end it on the phone too: the adb client is gone, its side on the phone is not
+                self.shell(stop_command(self.workdir, tag), 30)
+            except EdgepruneError as error:
+                sys.stderr.write(f"edgeprune: could not stop the command on {self.label}: {error}\n")
+            raise
 
     def fetch(self, name: str, local: Path) -> Path:
         code, output = self._adb(["pull", self.remote_path(name), str(local)], 3600)

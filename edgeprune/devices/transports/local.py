@@ -2,6 +2,7 @@
 
 import os
 import shutil
+import signal
 import subprocess
 import sys
 import tempfile
@@ -35,14 +36,27 @@ class LocalTransport(Transport):
         return target
 
     def run(self, argv: Sequence[str], timeout_s: float = 600, env: Mapping[str, str] | None = None) -> CommandResult:
+        """The command runs in a session of its own; a timeout or Ctrl-C ends that whole process group."""
         try:
-            done = subprocess.run(list(argv), cwd=self.workdir, capture_output=True, text=True,
-                                  env={**os.environ, **(env or {})}, timeout=timeout_s)
-        except subprocess.TimeoutExpired:
-            raise DeviceTimeoutError(f"{argv[0]} ran past its {timeout_s:g} s timeout on {self.label}") from None
+            process = subprocess.Popen(list(argv), cwd=self.workdir, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                                       stdin=subprocess.DEVNULL, text=True, env={**os.environ, **(env or {})},
+                                       start_new_session=True)
         except OSError as error:
             return CommandResult(127, "", f"{argv[0]}: {error}")
-        return CommandResult(done.returncode, done.stdout, done.stderr)
+        with process:
+            try:
+                stdout, stderr = process.communicate(timeout=timeout_s)
+            except BaseException as stop:  # the timeout, Ctrl-C: what the command started goes with it
+                try:
+                    os.killpg(process.pid, signal.SIGKILL)
+                except ProcessLookupError:
+                    pass
+                process.wait()
+                if isinstance(stop, subprocess.TimeoutExpired):
+                    raise DeviceTimeoutError(f"{argv[0]} ran past its {timeout_s:g} s timeout on {self.label}") \
+                        from None
+                raise
+        return CommandResult(process.returncode, stdout, stderr)
 
     def fetch(self, name: str, local: Path) -> Path:
         try:

@@ -3,8 +3,12 @@
 Host keys are checked against known_hosts with StrictHostKeyChecking=yes; `trust_on_first_use` switches
 to accept-new, which still refuses a changed key, and edgeprune says on stderr when it accepted one.
 Files travel as `cat` over the ssh channel, so remote names need only shell quoting (no scp/sftp globbing).
+Commands run in a process group of their own (`guarded_command`): killing the local client on a timeout or
+Ctrl-C would leave them running on the board, so a second short connection ends the group there.
 """
 
+import os
+import re
 import shlex
 import subprocess
 import sys
@@ -12,7 +16,15 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import BinaryIO
 
-from edgeprune.devices.transports.base import CommandResult, DeviceTimeoutError, Transport, register, shell_command
+from edgeprune.devices.transports.base import (
+    CommandResult,
+    DeviceTimeoutError,
+    Transport,
+    guarded_command,
+    register,
+    shell_command,
+    stop_command,
+)
 from edgeprune.errors import DeviceUnreachableError, EdgepruneError, UserInputError
 
 SSH_FAILED = 255  # ssh's own exit status for connection, authentication and host-key failures
@@ -45,7 +57,16 @@ class SshTransport(Transport):
 
     @property
     def known_hosts(self) -> str:
-        return self.endpoint.known_hosts or "~/.ssh/known_hosts"
+        """The known_hosts file ssh checks: the profile's, else the first of the user's ssh config."""
+        if self.endpoint.known_hosts:
+            return self.endpoint.known_hosts
+        try:
+            config = subprocess.run(["ssh", "-G", *self.ssh_argv()[1:]], stdin=subprocess.DEVNULL,
+                                    capture_output=True, text=True, timeout=10).stdout
+        except (OSError, subprocess.TimeoutExpired):
+            config = ""
+        found = re.search(r"^userknownhostsfile (\S+)", config, re.MULTILINE)
+        return found.group(1) if found else "~/.ssh/known_hosts"
 
     def ssh_argv(self) -> list[str]:
         """The ssh client invocation, up to (not including) the remote command."""
@@ -55,15 +76,18 @@ class SshTransport(Transport):
         argv = ["ssh", "-T", "-p", str(e.port), "-o", "BatchMode=yes", "-o", f"ConnectTimeout={e.connect_timeout_s:g}",
                 "-o", f"StrictHostKeyChecking={'accept-new' if e.trust_on_first_use else 'yes'}",
                 "-o", "ServerAliveInterval=5", "-o", "ServerAliveCountMax=3"]
-        if e.known_hosts:
-            argv += ["-o", f"UserKnownHostsFile={e.known_hosts}"]
+        if e.known_hosts:  # a list of files to ssh, so a path with a space goes in double quotes
+            argv += ["-o", f'UserKnownHostsFile="{e.known_hosts}"' if " " in e.known_hosts
+                     else f"UserKnownHostsFile={e.known_hosts}"]
         if e.key:
             argv += ["-i", e.key]
         return [*argv, "-l", e.user, "--", e.host]
 
-    def _ssh(self, line: str, timeout_s: float, stdin: BinaryIO | None = None,
-             retry: bool = True) -> tuple[int, bytes, str]:
-        """Run one shell line on the device; one retry if the connection drops, then DeviceUnreachableError."""
+    def _ssh(self, line: str, timeout_s: float, stdin: BinaryIO | None = None, retry: bool = True,
+             shown: str | None = None) -> tuple[int, bytes, str]:
+        """Run one shell line on the device; one retry if the connection drops, then DeviceUnreachableError.
+
+        `shown` is how a timeout message names the command (default: the line)."""
         stderr = ""
         for _attempt in range(2 if retry else 1):
             if stdin is not None:
@@ -74,8 +98,9 @@ class SshTransport(Transport):
             except FileNotFoundError:
                 raise UserInputError("the ssh client is not installed (apt-get install openssh-client)") from None
             except subprocess.TimeoutExpired:
+                command = " ".join((shown or line).split())  # one line, whatever the command holds
                 raise DeviceTimeoutError(f"a command on {self.label} ran past its {timeout_s:g} s timeout: "
-                                     f"{line[:120]}") from None
+                                         f"{command[:120]}") from None
             stderr = done.stderr.decode(errors="replace")
             if "Permanently added" in stderr:
                 sys.stderr.write(f"edgeprune: trusted the new host key of {self.label} on first use; "
@@ -92,13 +117,18 @@ class SshTransport(Transport):
 
     def _refuse_host_key_or_login(self, stderr: str) -> None:
         e = self.endpoint
-        host = e.host if e.port == 22 else f"[{e.host}]:{e.port}"
         if "REMOTE HOST IDENTIFICATION HAS CHANGED" in stderr or "Host key verification failed" in stderr:
             if "HAS CHANGED" in stderr:
+                # ssh names the file and the host entry it checked ("Offending ED25519 key in FILE:LINE",
+                # "Host key for [HOST]:PORT has changed"), whatever the profile or ~/.ssh/config chose
+                offending = re.search(r"^Offending \S+ key in (.+):\d+\s*$", stderr, re.MULTILINE)
+                entry = re.search(r"^Host key for (\S+) has changed", stderr, re.MULTILINE)
+                known_hosts = offending.group(1) if offending else os.path.expanduser(self.known_hosts)
+                host = entry.group(1) if entry else e.host if e.port == 22 else f"[{e.host}]:{e.port}"
                 raise DeviceUnreachableError(
-                    f"the host key of {self.label} does not match the one in {self.known_hosts}; refusing to "
+                    f"the host key of {self.label} does not match the one in {known_hosts}; refusing to "
                     f"connect (the device was reinstalled, or someone is in between). If you trust the change, "
-                    f"remove the old key with: ssh-keygen -R '{host}'")
+                    f"remove the old key with: ssh-keygen -f {shlex.quote(known_hosts)} -R {shlex.quote(host)}")
             raise DeviceUnreachableError(
                 f"the host key of {self.label} is not in {self.known_hosts}; refusing to connect. Verify it and add "
                 f"it (ssh-keyscan -p {e.port} {e.host}), or accept it once with --trust-on-first-use "
@@ -124,8 +154,21 @@ class SshTransport(Transport):
         return target
 
     def run(self, argv: Sequence[str], timeout_s: float = 600, env: Mapping[str, str] | None = None) -> CommandResult:
-        code, out, err = self._ssh(shell_command(argv, cwd=self.workdir, env=env), timeout_s)
+        tag = self.next_run_tag()
+        line = guarded_command(argv, self.workdir, tag, env)  # the work folder first: its own errors stand
+        try:
+            code, out, err = self._ssh(line, timeout_s, shown=shell_command(argv, env=env))
+        except (DeviceTimeoutError, KeyboardInterrupt):
+            self._stop(tag)
+            raise
         return CommandResult(code, out.decode(errors="replace"), err)
+
+    def _stop(self, tag: str) -> None:
+        """End the guarded command `tag` on the device: the local client is gone, its remote side is not."""
+        try:
+            self._ssh(stop_command(self.workdir, tag), self.endpoint.connect_timeout_s + 10, retry=False)
+        except EdgepruneError as error:  # the device went away: nothing left to end from here
+            sys.stderr.write(f"edgeprune: could not stop the command on {self.label}: {error}\n")
 
     def fetch(self, name: str, local: Path) -> Path:
         code, out, err = self._ssh(f"cat -- {shlex.quote(self.remote_path(name))}", 3600)
