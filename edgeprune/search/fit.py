@@ -23,7 +23,7 @@ from typing import Any
 from torch import nn
 
 from edgeprune.devices import DeviceProfile, load_profile
-from edgeprune.devices.transports.base import Transport, open_transport
+from edgeprune.devices.transports import Transport, open_transport
 from edgeprune.errors import DeviceUnreachableError, Interrupted, UserInputError
 from edgeprune.export import RUNTIMES, load_artifact
 from edgeprune.importance import HeadScores, score_heads

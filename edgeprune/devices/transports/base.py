@@ -7,7 +7,8 @@ from pathlib import Path
 from typing import NamedTuple
 
 from edgeprune.devices.profile import Endpoint
-from edgeprune.errors import EdgepruneError, UserInputError
+from edgeprune.errors import EdgepruneError
+from edgeprune.registry import Registry
 
 EXIT_DEVICE_TIMEOUT = 6
 
@@ -151,27 +152,14 @@ def _is_name(key: str) -> bool:
     return True
 
 
-TransportFactory = Callable[[Endpoint, str | None], Transport]
-TRANSPORTS: dict[str, TransportFactory] = {}
+# one registry per family of parts (edgeprune/registry.py); each transport module registers itself on import
+TRANSPORTS: Registry[type[Transport]] = Registry("connection kind")
 
 
 def register(kind: str) -> Callable[[type[Transport]], type[Transport]]:
+    """Class decorator: the transport for connections of `kind` (profile `[connection] kind = ...`)."""
     def add(cls: type[Transport]) -> type[Transport]:
         cls.kind = kind
-        TRANSPORTS[kind] = cls
-        return cls
+        return TRANSPORTS.register(kind)(cls)
 
     return add
-
-
-def open_transport(endpoint: Endpoint, python: str | None = None) -> Transport:
-    """The transport for `endpoint.kind`, not yet connected (it connects on first use).
-
-    `python` runs the benchmark runner there; None means `python3` on a device, this interpreter locally.
-    """
-    from edgeprune.devices.transports import adb, local, ssh  # noqa: F401 - they register themselves
-
-    factory = TRANSPORTS.get(endpoint.kind)
-    if factory is None:
-        raise UserInputError(f"no transport for connection kind {endpoint.kind!r}; known: {', '.join(TRANSPORTS)}")
-    return factory(endpoint, python)
