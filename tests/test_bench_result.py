@@ -10,7 +10,7 @@ import pytest
 import torch
 
 from edgeprune.bench import BenchmarkResult, benchmark_local
-from edgeprune.bench.benchmark import _apply_energy, estimate_mj_per_inference
+from edgeprune.bench.benchmark import apply_energy, estimate_mj_per_inference
 from edgeprune.bench.native import peak_rss_wrapper, split_peak_rss
 from edgeprune.bench.report import render_bench_markdown
 from edgeprune.bench.sensors import SensorUnavailable, power_sensor
@@ -45,7 +45,7 @@ def test_every_field_round_trips_through_json():
 
 def test_a_measurement_wins_over_the_power_model():
     measured = result()
-    _apply_energy(measured, {"sensor": "rapl (package-0)", "joules": 2.0, "seconds": 0.5, "idle_w": 1.0,
+    apply_energy(measured, {"sensor": "rapl (package-0)", "joules": 2.0, "seconds": 0.5, "idle_w": 1.0,
                              "active_w": 4.0, "samples": 2, "runs": 3, "mj_per_run": 500.0}, PowerModel(2.0, 9.0))
     assert measured.energy_measured and measured.energy_source == "measured:rapl"
     assert measured.energy_mj_per_inference == 500.0 and "minus idle 1.000 W" in measured.energy_detail
@@ -53,12 +53,12 @@ def test_a_measurement_wins_over_the_power_model():
 
 def test_without_a_reading_the_power_model_estimates_and_says_so():
     estimated = result()
-    _apply_energy(estimated, {"unavailable": "rapl: no RAPL package domains"}, PowerModel(2.0, 9.0))
+    apply_energy(estimated, {"unavailable": "rapl: no RAPL package domains"}, PowerModel(2.0, 9.0))
     assert estimated.energy_source == "estimated:power-model" and not estimated.energy_measured
     assert estimated.energy_mj_per_inference == pytest.approx((9.0 - 2.0) * 11.0)  # W x ms = mJ
     assert "not measured: rapl: no RAPL" in estimated.energy_detail
     nothing = result()
-    _apply_energy(nothing, {"unavailable": "x"}, None)
+    apply_energy(nothing, {"unavailable": "x"}, None)
     assert nothing.energy_mj_per_inference is None and nothing.energy_source == "unavailable"
     assert "no [power] model" in nothing.energy_detail
 

@@ -138,7 +138,7 @@ def benchmark_on(
                                _power_sensor(profile), idle_s)
     energy = data.pop("energy", {"unavailable": "the runner reported no energy"})
     result = BenchmarkResult(device=device, **data)
-    _apply_energy(result, energy, profile.power if profile else None)
+    apply_energy(result, energy, profile.power if profile else None)
     return result
 
 
@@ -185,7 +185,7 @@ def _run_python(transport: Transport, artifact: Path, inputs: tuple[torch.Tensor
                              f"it printed {done.stdout[-300:]!r}") from None
 
 
-def _apply_energy(result: BenchmarkResult, energy: dict, power: PowerModel | None) -> None:
+def apply_energy(result: BenchmarkResult, energy: dict, power: PowerModel | None) -> None:
     """Fill the energy fields from the device's measurement, else from the power model, saying which."""
     if "mj_per_run" in energy:
         result.energy_mj_per_inference = energy["mj_per_run"]
