@@ -30,7 +30,7 @@ from edgeprune.importance.base import HeadScores
 from edgeprune.pruning.plan import PruningPlan
 from edgeprune.report import render_html, render_markdown
 from edgeprune.report.facts import budget_rows
-from edgeprune.report.html import CHOSEN, DENSE, FRONT
+from edgeprune.report.plots.base import CHOSEN, DENSE, FRONT
 from edgeprune.report.svg import colour
 from edgeprune.search.budget import Budget
 from edgeprune.search.choice import pareto_front

@@ -103,19 +103,24 @@ def budget_rows(result: FitResult, artifact: BuiltArtifact | None = None) -> lis
     artifact = artifact or result.fitted
     checks = artifact.checks or result.budget.check(artifact.file_bytes, artifact.benchmark,
                                                     search_quality(artifact), None)
-    return [_row(check, result.budget, artifact) for check in checks]
+    metric = metric_name(result)
+    return [_row(check, result.budget, artifact, metric) for check in checks]
 
 
-def _row(check: BudgetCheck, budget: Budget, artifact: BuiltArtifact) -> BudgetRow:
+def quality_budget(result: FitResult) -> float | None:
+    """The quality the fitted artifact had to reach (a ceiling when lower is better), in the task's metric."""
+    check = next((c for c in result.fitted.checks if c.kind == "quality"), None)
+    return None if check is None else check.limit
+
+
+def _row(check: BudgetCheck, budget: Budget, artifact: BuiltArtifact, metric: str) -> BudgetRow:
     bench = artifact.benchmark
     if check.kind == "quality":  # the quality budget, in the task's metric
-        metric = check.name.split(" ", 1)[1].removesuffix(" (validation)")
         limit = format_metric(check.limit, metric)
         if isinstance(budget.min_quality, str):
             limit = f"{budget.min_quality} of the dense teacher: {limit}"
         source = f"{MEASURED} through the runtime on the validation split" if check.value is not None else NOT_MEASURED
         return BudgetRow(check.name, check.flag, limit, format_metric(check.value, metric), source, check.passed)
-    flag = check.flag
     if check.kind == "size":
         source = f"{MEASURED} (the exported file)"
     elif check.kind == "energy":
@@ -124,7 +129,7 @@ def _row(check: BudgetCheck, budget: Budget, artifact: BuiltArtifact) -> BudgetR
         source = benchmark_source(bench) if check.value is not None else NOT_MEASURED
     decimals = 2 if check.unit in ("MB", "ms", "mJ") else 4
     value = NOT_MEASURED if check.value is None else f"{check.value:.{decimals}f} {check.unit}".strip()
-    return BudgetRow(check.name, flag, f"{check.limit:g} {check.unit}".strip(), value, source, check.passed)
+    return BudgetRow(check.name, check.flag, f"{check.limit:g} {check.unit}".strip(), value, source, check.passed)
 
 
 def verdict(row: BudgetRow) -> str:
