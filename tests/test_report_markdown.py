@@ -30,3 +30,10 @@ def test_a_native_benchmark_without_samples_or_memory_reads_not_measured():
     assert "| latency p90 (measured) | 32.0 ms | not measured |" in report
     assert "| peak memory (`--max-memory-mb`) | 150 MB | not measured | not measured | fail |" in report
     assert 'class="aggregate"' in render_html(result)  # the p50 it did report, drawn without samples
+
+
+def test_a_task_without_split_sizes_still_renders():
+    """A module task given tensors directly records no split sizes."""
+    result = fit_result()
+    result.task = {"name": "my-module", "kind": "module", "metric": "accuracy"}
+    assert "test examples" in render_markdown(result)

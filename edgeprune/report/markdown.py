@@ -79,7 +79,7 @@ def render_markdown(result: FitResult) -> str:
              f"{fitted.verification.min_cosine:.6f}"),
         "",
         f"Dense teacher in PyTorch: test {metric} {format_quality(teacher_quality(result))} "
-        f"on {result.task['split_sizes']['test']} test documents.",
+        f"on {(result.task.get('split_sizes') or {}).get('test', 'the')} test examples.",
     ]
     if speedup is not None:
         lines.append(f"Fitted p50 speed-up over the dense fp32 artifact: {speedup:.2f}× (same run, same threads).")
