@@ -133,7 +133,7 @@ def test_layer_and_ffn_option_errors_are_one_line_with_exit_2(tiny_bert_dir, pru
         (["--remove-layers", "two"], "invalid int value"),
         (["--ffn-ratio", "1"], "--ffn-ratio must be a share of neurons in [0, 1), got 1.0"),
         (["--ffn-ratio", "-0.1"], "--ffn-ratio must be a share of neurons in [0, 1)"),
-        (["--ffn-ratio", "nan"], "--ffn-ratio must be a share of neurons in [0, 1), got nan"),
+        (["--ffn-ratio", "nan"], "--ffn-ratio nan: every number must be finite"),
         (["--ffn-ratio", "half"], "invalid float value"),
         (["--ffn-ratio", "0.5", "--ffn-criterion", "taylor"], "invalid choice: 'taylor'"),
         (["--remove-layers", "1", "--scoring-batches", "0"], "--scoring-batches must be at least 1"),

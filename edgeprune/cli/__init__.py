@@ -1,55 +1,93 @@
-"""The `edgeprune` command: verbs that mirror the Python API. Status on stderr, results on stdout."""
+"""The `edgeprune` command: verbs that mirror the Python API. Status on stderr, results on stdout.
+
+Every error is one line on stderr with the exit code of its kind (README); `--debug` re-raises it with its
+traceback instead.
+"""
 
 import argparse
 import sys
 from collections.abc import Sequence
 
 from edgeprune.cli import artifacts, devices, fit, pruning, recovery
-from edgeprune.cli.common import Parser
+from edgeprune.cli.common import Parser, non_finite_flag, one_line
 from edgeprune.errors import EdgepruneError, UserInputError
+
+DEBUG_FLAG = "--debug"
+EXIT_INTERNAL, EXIT_INTERRUPTED = 1, 130
+DEBUG_HINT = f"(run with {DEBUG_FLAG} for the traceback)"
+MAX_INTERNAL_MESSAGE = 500  # characters of an unexpected error's message; --debug shows all of it
 
 
 def build_parser() -> argparse.ArgumentParser:
     parser = Parser(prog="edgeprune", description=__doc__,
                     epilog="Options may also come from edgeprune.toml in the working folder or --config PATH.")
+    parser.add_argument(DEBUG_FLAG, action="store_true", help="on an error, show its traceback instead of one line")
     verbs = parser.add_subparsers(dest="verb", required=True, parser_class=Parser)
     for module in (fit, pruning, recovery, artifacts, devices):
         module.add_parsers(verbs)
     return parser
 
 
+def verb_parsers(parser: argparse.ArgumentParser) -> dict[str, argparse.ArgumentParser]:
+    for action in parser._actions:
+        if isinstance(action, argparse._SubParsersAction):
+            return dict(action.choices)
+    return {}
+
+
 def parse_with_project_file(argv: list[str]) -> argparse.Namespace:
-    """Flags over the project file's values over the built-in defaults."""
+    """Flags over the project file's values over the built-in defaults; every number is finite."""
     from edgeprune.cli.config import defaults_for, read_project_file, split_config_flag, unknown_top_level_keys
 
     explicit, argv = split_config_flag(argv)
     parser = build_parser()
+    parsers = verb_parsers(parser)
     path, data = read_project_file(explicit)
     if path is not None:
-        verbs_action = next(a for a in parser._actions if isinstance(a, argparse._SubParsersAction))
-        parsers = dict(verbs_action.choices)
         unknown_top_level_keys(path, data, parsers)
         for verb, subparser in parsers.items():
             subparser.set_defaults(**defaults_for(verb, subparser, list(parsers), path, data))
-    return parser.parse_args(argv)
+    args = parser.parse_args(argv)
+    flag = non_finite_flag(args, parsers.get(getattr(args, "verb", ""), parser))
+    if flag is not None:
+        raise UserInputError(f"{flag}: every number must be finite")
+    return args
+
+
+def split_debug_flag(argv: list[str]) -> tuple[bool, list[str]]:
+    """Take `--debug` out of the arguments, wherever it is."""
+    rest = [item for item in argv if item != DEBUG_FLAG]
+    return len(rest) != len(argv), rest
 
 
 def main(argv: Sequence[str] | None = None) -> int:
+    debug, arguments = split_debug_flag(list(sys.argv[1:] if argv is None else argv))
     try:
-        args = parse_with_project_file(list(sys.argv[1:] if argv is None else argv))
-    except UserInputError as error:
-        sys.stderr.write(f"edgeprune: error: {error}\n")
-        return error.exit_code
-    try:
+        args = parse_with_project_file(arguments)
         return args.run(args)
     except EdgepruneError as error:
-        if isinstance(error, UserInputError) or error.exit_code != 1:
-            sys.stderr.write(f"edgeprune: error: {error}\n")
-            return error.exit_code
-        raise
+        if debug:
+            raise
+        sys.stderr.write(f"edgeprune: error: {one_line(error) or type(error).__name__}\n")
+        return error.exit_code
     except KeyboardInterrupt:
+        if debug:
+            raise
         sys.stderr.write("edgeprune: interrupted; nothing was written to the output folder\n")
-        return 130
+        return EXIT_INTERRUPTED
+    except OSError as error:  # the machine's, not the input's: a full disk, a file that went away, ...
+        if debug:
+            raise
+        sys.stderr.write(f"edgeprune: error: {one_line(error) or type(error).__name__} {DEBUG_HINT}\n")
+        return EXIT_INTERNAL
+    except Exception as error:  # a bug: one line that says so, the traceback with --debug
+        if debug:
+            raise
+        message = one_line(error)
+        message = message if len(message) <= MAX_INTERNAL_MESSAGE else message[:MAX_INTERNAL_MESSAGE] + "..."
+        sys.stderr.write(f"edgeprune: internal error: {type(error).__name__}{': ' + message if message else ''} "
+                         f"{DEBUG_HINT}\n")
+        return EXIT_INTERNAL
 
 
 if __name__ == "__main__":

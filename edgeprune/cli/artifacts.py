@@ -2,11 +2,18 @@
 
 import argparse
 import json
+import math
 import sys
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from edgeprune.cli.common import EXIT_OK, add_task_arguments, task_from
+from edgeprune.cli.common import (
+    EXIT_OK,
+    add_task_arguments,
+    check_output_file,
+    check_output_folder,
+    task_from,
+)
 from edgeprune.cli.devices import add_connection_arguments, endpoint_from
 from edgeprune.errors import UserInputError
 
@@ -32,7 +39,8 @@ def add_parsers(verbs: argparse._SubParsersAction) -> None:
 
     bench = verbs.add_parser(
         "bench", help="benchmark an artifact in a separate process on a device; save JSON and Markdown",
-        epilog="exit codes: 0 done, 2 bad input, 5 device unreachable, 6 a device command timed out")
+        epilog="exit codes: 0 done, 2 bad input, 4 the artifact is empty, cut off or not of its runtime, "
+        "5 device unreachable, 6 a device command timed out")
     add_task_arguments(bench)
     bench.add_argument("artifact", type=Path)
     bench.add_argument("--device", default="host", help="a device profile: its runtime, threads and connection")
@@ -42,7 +50,7 @@ def add_parsers(verbs: argparse._SubParsersAction) -> None:
     bench.add_argument("--warmup", type=int, default=5)
     bench.add_argument("--binary", metavar="PATH", help="time with this native benchmark tool (benchmark_model "
                        "for .tflite, executor_runner for .pte): a path on the device, or a local file to push")
-    bench.add_argument("--timeout-s", type=float, default=600, help="limit for the benchmark command (default 600)")
+    bench.add_argument("--timeout-s", type=float, default=600.0, help="limit for the benchmark command (default 600)")
     bench.add_argument("--out", type=Path, help="folder for the JSON and Markdown results (default: the artifact's)")
     bench.add_argument("--json", action="store_true", help="print the result as JSON (default: the Markdown report)")
     add_connection_arguments(bench)
@@ -61,6 +69,8 @@ def run_quantize(args: argparse.Namespace) -> int:
                              f"`edgeprune export --runtime litert --recipe {recipe.name}`")
     if args.out.suffix != ".pt2":
         raise UserInputError(f"the quantized program is saved as a .pt2 file; got --out {args.out}")
+    check_output_file(args.out)
+    check_output_file(args.out.with_suffix(".json"), "--out (its .json summary)")
     task = task_from(args)
     quantized = recipe.apply(task.teacher().model, _calibration(task, recipe))
     program = torch.export.export(quantized, task.example_inputs("validation", 1)[0], strict=False)
@@ -89,6 +99,8 @@ def run_export(args: argparse.Namespace) -> int:
     suffix = RUNTIMES.get(args.runtime).suffix
     if args.out.suffix != suffix:
         raise UserInputError(f"{args.runtime} artifacts end in {suffix}; got --out {args.out}")
+    check_output_file(args.out)
+    check_output_file(args.out.with_suffix(args.out.suffix + ".json"), "--out (its .json summary)")
     task = task_from(args)
     model = task.teacher().model
     prepared = recipe.apply(model, _calibration(task, recipe))
@@ -118,21 +130,30 @@ def run_bench(args: argparse.Namespace) -> int:
     from edgeprune.bench.report import render_bench_markdown
     from edgeprune.devices import load_profile
     from edgeprune.devices.transports import open_transport
+    from edgeprune.export import check_artifact
     from edgeprune.serialization import to_jsonable, write_json_atomic, write_text_atomic
 
     profile = load_profile(args.device)
-    if not args.artifact.is_file():
+    if not args.artifact.exists():
         raise UserInputError(f"artifact {args.artifact} does not exist")
+    if args.artifact.is_dir():
+        raise UserInputError(f"artifact {args.artifact} is a folder; name the .pte or .tflite file")
     if args.artifact.suffix not in (".pte", ".tflite") and args.runtime is None:
         raise UserInputError(f"cannot tell the runtime of {args.artifact}; pass --runtime executorch|litert")
     if args.runs < 1 or args.warmup < 0:
         raise UserInputError("--runs must be at least 1 and --warmup at least 0")
     if args.threads is not None and args.threads < 1:
         raise UserInputError("--threads must be at least 1")
-    if args.timeout_s <= 0:
+    if not 0 < args.timeout_s < math.inf:
         raise UserInputError(f"--timeout-s must be a positive number of seconds, got {args.timeout_s:g}")
-    with open_transport(endpoint_from(profile, args), profile.python) as transport:
+    if args.binary is not None and (not args.binary.strip() or any(c in args.binary for c in "\n\r\0")):
+        raise UserInputError(f"--binary {args.binary!r} is not a path")
+    endpoint = endpoint_from(profile, args)
+    check_output_folder(args.out or args.artifact.parent, "--out" if args.out else "the artifact's folder (--out)",
+                        empty=False)
+    with open_transport(endpoint, profile.python) as transport:
         transport.workdir  # noqa: B018 - connect now: an unreachable device fails before the model loads
+        check_artifact(args.artifact, args.runtime)  # empty, cut off or of another format: exit 4, nothing run
         task = task_from(args)
         result = benchmark_on(transport, args.artifact, task.example_inputs("validation", 1)[0], args.runtime,
                               args.threads or profile.threads, args.warmup, args.runs, device=profile.name,

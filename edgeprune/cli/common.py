@@ -3,10 +3,12 @@
 import argparse
 import json
 import math
+import os
 import sys
+import tempfile
 from collections.abc import Callable
 from pathlib import Path
-from typing import TypeVar
+from typing import Any, TypeVar
 
 from edgeprune.errors import UserInputError
 
@@ -38,17 +40,65 @@ def positive(unit: str, example: str) -> Callable[[str], float]:
 positive_mb = positive("megabytes", "30")
 
 
+def finite(text: str) -> float:
+    """An argument type for any finite number (nan, inf and numbers beyond a double are refused)."""
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a number") from None
+    if not math.isfinite(value):
+        raise argparse.ArgumentTypeError(f"{text!r} must be a finite number")
+    return value
+
+
+def min_quality(text: str) -> float | str:
+    """An absolute floor in the task's metric (0.95) or a drop relative to the dense teacher (-1%)."""
+    stripped = text.strip()
+    if stripped.endswith("%"):
+        try:
+            drop = float(stripped[:-1])
+        except ValueError:
+            drop = math.nan
+        if not math.isfinite(drop) or not 0 <= -drop <= 100:
+            raise argparse.ArgumentTypeError(f"{text!r} must be a relative drop from 0% to -100%, like -1%")
+        return stripped
+    try:
+        return finite(stripped)
+    except argparse.ArgumentTypeError:
+        raise argparse.ArgumentTypeError(f"{text!r} must be a finite number like 0.95 or a relative drop like "
+                                         "-1%") from None
+
+
 def number_list(kind: type, example: str) -> Callable[[str], tuple]:
-    """An argument type for comma-separated numbers, e.g. 0,0.25,0.5."""
+    """An argument type for comma-separated finite numbers, e.g. 0,0.25,0.5."""
     def parse(text: str) -> tuple:
         try:
-            return tuple(kind(part) for part in text.split(",") if part.strip())
+            values = tuple(kind(part) for part in text.split(",") if part.strip())
         except ValueError:
             raise argparse.ArgumentTypeError(f"{text!r} is not a comma-separated list of numbers, e.g. "
                                              f"{example}") from None
+        if not values or not all(math.isfinite(value) for value in values):
+            raise argparse.ArgumentTypeError(f"{text!r} must list finite numbers, e.g. {example}")
+        return values
 
     parse.__name__ = "list"
     return parse
+
+
+def non_finite_flag(args: argparse.Namespace, parser: argparse.ArgumentParser) -> str | None:
+    """The first option whose parsed value is a number that is not finite (nan, inf), as `--flag value`."""
+    flags = {a.dest: a.option_strings[-1] for a in parser._actions if a.option_strings}
+    for dest, value in vars(args).items():
+        values = value if isinstance(value, list | tuple) else [value]
+        for item in values:
+            if isinstance(item, float) and not math.isfinite(item):
+                return f"{flags.get(dest, dest)} {item}"
+    return None
+
+
+def one_line(text: object) -> str:
+    """A message on one line: line breaks of wrapped or multi-line messages become ' | '."""
+    return " | ".join(line.strip() for line in str(text).splitlines() if line.strip())
 
 
 def add_task_arguments(parser: argparse.ArgumentParser, model_help: str | None = None) -> None:
@@ -71,6 +121,51 @@ def add_task_arguments(parser: argparse.ArgumentParser, model_help: str | None =
     parser.add_argument("--quiet", action="store_true", help="no progress on stderr")
 
 
+def check_output_file(path: Path, flag: str = "--out") -> None:
+    """Refuse an output file that cannot be written: a folder in its place, a file above it, an unwritable folder.
+
+    Nothing is created: the nearest existing folder above it is probed with a temporary file, removed at once.
+    """
+    if path.is_dir():
+        raise UserInputError(f"{flag} {path} is a folder; name a file to write")
+    _check_writable_above(path, flag)
+
+
+def check_output_folder(path: Path, flag: str = "--out", empty: bool = True) -> None:
+    """Refuse an output folder that is a file, holds files already (when `empty`), or cannot be created or written."""
+    if path.exists() and not path.is_dir():
+        raise UserInputError(f"{flag} {path} is a file; name a folder to write to")
+    if path.is_dir():
+        try:
+            used = any(path.iterdir())
+        except OSError as error:
+            raise UserInputError(f"{flag} {path} cannot be read: {error.strerror or error}") from None
+        if empty and used:
+            raise UserInputError(f"output folder {path} already exists and is not empty; choose another {flag}")
+        _probe(path, flag, path)
+        return
+    _check_writable_above(path, flag)
+
+
+def _check_writable_above(path: Path, flag: str) -> None:
+    parent = path.absolute().parent
+    while not parent.exists() and not parent.is_symlink() and parent != parent.parent:
+        parent = parent.parent
+    if not parent.is_dir():
+        raise UserInputError(f"{flag} {path} cannot be created: {parent} is a file, not a folder")
+    _probe(parent, flag, path)
+
+
+def _probe(folder: Path, flag: str, path: Path) -> None:
+    try:
+        handle, name = tempfile.mkstemp(dir=folder, prefix=".edgeprune-write-test-")
+    except OSError as error:
+        raise UserInputError(f"{flag} {path} cannot be written ({error.strerror or error} in {folder}); choose a "
+                             "writable place") from None
+    os.close(handle)
+    os.unlink(name)
+
+
 def split_ratios(text: str):  # noqa: ANN201 - a SplitRatios
     from edgeprune.data import SplitRatios
 
@@ -81,7 +176,13 @@ def split_ratios(text: str):  # noqa: ANN201 - a SplitRatios
 
 
 def task_from(args: argparse.Namespace):  # noqa: ANN201 - a Task
-    """The task the arguments describe: the bundled one, or the team's model and data."""
+    """The task the arguments describe: the bundled one, or the team's model and data, with its inputs checked."""
+    task = build_task(args)
+    task.check_inputs()  # data, labels and tokenizer: bad input fails here, before any model is loaded
+    return task
+
+
+def build_task(args: argparse.Namespace):  # noqa: ANN201 - a Task
     from edgeprune.data import SplitRatios
     from edgeprune.progress import Progress
     from edgeprune.tasks import BUNDLED_TASKS, TASKS, bundled_task, make_task
@@ -111,22 +212,31 @@ def task_from(args: argparse.Namespace):  # noqa: ANN201 - a Task
                      head=args.head, progress=progress)
 
 
+def _reject_constant(name: str) -> Any:
+    raise ValueError(f"{name} is not a number edgeprune accepts")
+
+
 def parse_json(build: Callable[[dict], T], data: dict, path: Path) -> T:
     try:
         return build(data)
-    except (KeyError, TypeError, ValueError) as error:
+    except (KeyError, TypeError, ValueError, IndexError, AttributeError, RuntimeError) as error:
         if isinstance(error, UserInputError):
             raise
-        raise UserInputError(f"{path} does not hold what edgeprune wrote ({type(error).__name__}: {error})") from None
+        raise UserInputError(f"{path} does not hold what edgeprune wrote ({type(error).__name__}: "
+                             f"{one_line(error)})") from None
 
 
 def read_json(path: Path, what: str) -> dict:
     try:
-        data = json.loads(path.read_text())
+        data = json.loads(path.read_bytes().decode("utf-8-sig"), parse_constant=_reject_constant)
     except FileNotFoundError:
         raise UserInputError(f"{what} file {path} does not exist") from None
-    except (OSError, json.JSONDecodeError) as error:
-        raise UserInputError(f"{what} file {path} is not valid JSON: {error}") from None
+    except IsADirectoryError:
+        raise UserInputError(f"{what} file {path} is a folder; name the JSON file") from None
+    except OSError as error:
+        raise UserInputError(f"cannot read {what} file {path}: {error.strerror or error}") from None
+    except (ValueError, RecursionError) as error:  # JSON syntax, NaN or Infinity, non-UTF-8 bytes, absurd nesting
+        raise UserInputError(f"{what} file {path} is not valid JSON: {one_line(error)}") from None
     if not isinstance(data, dict):
         raise UserInputError(f"{what} file {path} must hold a JSON object")
     return data

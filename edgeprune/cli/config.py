@@ -5,6 +5,7 @@ verb. Keys are option names with `_` or `-` (`max_mb`, `text-column`); paths are
 """
 
 import argparse
+import math
 import tomllib
 from pathlib import Path
 from typing import Any
@@ -35,13 +36,24 @@ def read_project_file(explicit: Path | None, cwd: Path | None = None) -> tuple[P
     path = explicit if explicit is not None else (cwd or Path.cwd()) / PROJECT_FILE
     if not path.is_file():
         if explicit is not None:
-            raise UserInputError(f"project file {explicit} does not exist")
+            state = "is not a file" if path.exists() else "does not exist"
+            raise UserInputError(f"project file {explicit} {state}; --config names a TOML file")
+        if path.exists():
+            raise UserInputError(f"{path} is not a file; the project file is a TOML file")
         return None, {}
     try:
-        return path, tomllib.loads(path.read_text())
-    except (OSError, UnicodeDecodeError) as error:
-        raise UserInputError(f"cannot read project file {path}: {error}") from None
-    except tomllib.TOMLDecodeError as error:
+        data = path.read_bytes()
+    except OSError as error:
+        raise UserInputError(f"cannot read project file {path}: {error.strerror or error}") from None
+    try:
+        text = data.decode("utf-8")
+    except UnicodeDecodeError as error:
+        line = data[:error.start].count(b"\n") + 1
+        raise UserInputError(f"project file {path} is not UTF-8 text (byte 0x{data[error.start]:02x} at line "
+                             f"{line}); save it as UTF-8") from None
+    try:
+        return path, tomllib.loads(text)
+    except (ValueError, RecursionError) as error:  # TOMLDecodeError, or an integer of thousands of digits
         raise UserInputError(f"project file {path} is not valid TOML: {error}") from None
 
 
@@ -115,6 +127,9 @@ def _typed(path: Path, key: str, action: argparse.Action, value: Any) -> Any:
         converted = action.type(text) if action.type is not None else text
     except (argparse.ArgumentTypeError, ValueError) as error:
         raise UserInputError(f"{path}: {key} = {value!r} is not valid: {error}") from None
+    numbers = converted if isinstance(converted, tuple) else (converted,)
+    if any(isinstance(number, float) and not math.isfinite(number) for number in numbers):
+        raise UserInputError(f"{path}: {key} = {value!r}; every number must be finite")
     if action.choices is not None and converted not in action.choices:
         raise UserInputError(f"{path}: {key} = {value!r}; choose from: {', '.join(map(str, action.choices))}")
     return converted

@@ -7,8 +7,8 @@ import shlex
 import sys
 from pathlib import Path
 
-from edgeprune.cli.common import EXIT_OK
-from edgeprune.errors import UserInputError
+from edgeprune.cli.common import EXIT_OK, EXIT_USAGE, one_line
+from edgeprune.errors import EdgepruneError, UserInputError
 
 EXIT_CHECK_FAILED = 1
 # runs on the device with only its python: versions by distribution name, nothing imported
@@ -26,7 +26,9 @@ print(json.dumps({"python": sys.version.split()[0], "numpy": version("numpy"), "
 
 
 def add_parsers(verbs: argparse._SubParsersAction) -> None:
-    devices = verbs.add_parser("devices", help="device profiles; check that a device answers")
+    devices = verbs.add_parser("devices", help="device profiles; check that a device answers",
+                               epilog="list: exit 2 when a profile cannot be read (each such file is named on "
+                               "stderr; the others are listed)")
     devices.add_argument("action", choices=["list", "show", "check"])
     devices.add_argument("name", nargs="?")
     add_connection_arguments(devices)
@@ -47,6 +49,7 @@ def add_connection_arguments(parser: argparse.ArgumentParser) -> None:
 
 def endpoint_from(profile, args: argparse.Namespace):  # noqa: ANN001, ANN201 - DeviceProfile -> Endpoint
     """The profile's connection with the command line's --ssh, --adb, --identity and --trust-on-first-use applied."""
+    from edgeprune.devices.profile import check_adb_serial, check_ssh_target
     from edgeprune.devices.transports.ssh import parse_target
 
     endpoint = profile.endpoint
@@ -54,6 +57,8 @@ def endpoint_from(profile, args: argparse.Namespace):  # noqa: ANN001, ANN201 - 
         raise UserInputError("pass --ssh or --adb, not both: a device has one connection")
     if args.adb_port is not None and not 0 < args.adb_port < 65536:
         raise UserInputError(f"--adb-port {args.adb_port}: expected a TCP port from 1 to 65535")
+    if args.adb is not None:
+        check_adb_serial(args.adb, "--adb")
     if args.adb:
         keep = endpoint if endpoint.kind == "adb" else type(endpoint)()
         endpoint = dataclasses.replace(keep, kind="adb", serial=args.adb)
@@ -62,8 +67,9 @@ def endpoint_from(profile, args: argparse.Namespace):  # noqa: ANN001, ANN201 - 
             raise UserInputError(f"--adb-port is for adb; device {profile.name} connects over {endpoint.kind} "
                                  "(pass --adb SERIAL)")
         endpoint = dataclasses.replace(endpoint, adb_port=args.adb_port)
-    if args.ssh:
+    if args.ssh is not None:
         user, host, port = parse_target(args.ssh)
+        check_ssh_target(user, host, f"--ssh {args.ssh!r}")
         keep = endpoint if endpoint.kind == "ssh" else type(endpoint)()
         endpoint = dataclasses.replace(keep, kind="ssh", user=user, host=host, port=port)
     elif (args.identity or args.trust_on_first_use) and endpoint.kind != "ssh":
@@ -83,10 +89,16 @@ def run_devices(args: argparse.Namespace) -> int:
     from edgeprune.serialization import to_jsonable
 
     if args.action == "list":
+        broken = 0
         for name in sorted(known_devices(), key=lambda name: (name != "host", name)):  # this machine first
-            profile = load_profile(name)
-            print(f"{name}\t{profile.runtime}\t{profile.connection}\t{profile.description}")
-        return EXIT_OK
+            try:
+                profile = load_profile(name)
+            except UserInputError as error:  # one bad file hides none of the others
+                sys.stderr.write(f"edgeprune: error: {one_line(error)}\n")
+                broken += 1
+                continue
+            print(f"{name}\t{profile.runtime}\t{profile.connection}\t{one_line(profile.description)}")
+        return EXIT_USAGE if broken else EXIT_OK
     if not args.name:
         raise UserInputError(f"devices {args.action} needs a device name, e.g. edgeprune devices {args.action} host")
     profile = load_profile(args.name)
@@ -115,8 +127,14 @@ def check_device(profile, endpoint) -> dict:  # noqa: ANN001 - DeviceProfile, En
     if done.exit_code != 0 or len(lines) < 5:
         answer = (done.stderr or done.stdout)[-300:]
         raise UserInputError(f"{label} did not answer the probe as a Linux shell: {answer}")
-    arch, cores, ram_mb, python_path = lines[0].strip(), int(lines[1]), int(lines[2]), lines[3].strip()
-    versions = json.loads(lines[-1]) or {}
+    try:
+        arch, cores, ram_mb, python_path = lines[0].strip(), int(lines[1]), int(lines[2]), lines[3].strip()
+        versions = json.loads(lines[-1]) or {}
+        if not isinstance(versions, dict):
+            raise ValueError(f"expected a JSON object of versions, got {lines[-1][:80]!r}")
+    except ValueError as error:
+        raise EdgepruneError(f"{label} answered the probe with something else than cores, RAM and versions "
+                             f"({one_line(error)})") from None
     runtimes = {"executorch": versions.get("executorch"), "litert": versions.get("litert")}
     problems = []
     if arch != profile.arch:

@@ -3,7 +3,16 @@
 import argparse
 from pathlib import Path
 
-from edgeprune.cli.common import EXIT_OK, add_task_arguments, parse_json, read_json, task_from
+from edgeprune.cli.common import (
+    EXIT_OK,
+    add_task_arguments,
+    check_output_file,
+    check_output_folder,
+    finite,
+    parse_json,
+    read_json,
+    task_from,
+)
 from edgeprune.errors import UserInputError
 
 
@@ -22,8 +31,8 @@ def add_parsers(verbs: argparse._SubParsersAction) -> None:
     prune.add_argument("--strategy", default="global-topk", choices=["global-topk", "per-layer", "threshold"])
     prune.add_argument("--remove", type=int, help="global-topk: heads to remove in all")
     prune.add_argument("--remove-per-layer", type=int, help="per-layer: heads to remove from each layer")
-    prune.add_argument("--threshold", type=float, help="threshold: remove heads scoring below this")
-    prune.add_argument("--quantile", type=float, help="threshold: remove heads below this quantile (0..1)")
+    prune.add_argument("--threshold", type=finite, help="threshold: remove heads scoring below this")
+    prune.add_argument("--quantile", type=finite, help="threshold: remove heads below this quantile (0..1)")
     prune.add_argument("--min-heads-per-layer", type=int, default=1)
     prune.add_argument("--heads-multiple", type=int, default=1, help="round kept heads per layer up to a multiple")
     prune.add_argument("--no-normalize", action="store_true", help="do not normalize scores per layer first")
@@ -41,6 +50,7 @@ def run_score(args: argparse.Namespace) -> int:
     CRITERIA.get(args.criterion)
     if args.examples < 1:
         raise UserInputError(f"--examples must be at least 1, got {args.examples}")
+    check_output_file(args.out)
     task = task_from(args)
     teacher = task.teacher()
     with task.progress.task(f"scoring heads ({args.criterion})", args.examples) as bar:
@@ -58,12 +68,20 @@ def run_prune(args: argparse.Namespace) -> int:
     from edgeprune.pruning import Constraints, PruningPlan, apply_plan, plan_global_topk, plan_per_layer, plan_threshold
     from edgeprune.serialization import write_json_atomic
     from edgeprune.tasks import minilm_model_path
+    from edgeprune.tasks.compatibility import check_model_folder
 
     model_path = args.model or minilm_model_path()
     if not model_path.exists():
         raise UserInputError(f"model path {model_path} does not exist")
-    if args.out.exists() and any(args.out.iterdir()):
-        raise UserInputError(f"output folder {args.out} already exists and is not empty; choose another --out")
+    check_model_folder(model_path)
+    check_output_folder(args.out)
+    if args.plan_out is not None:
+        check_output_file(args.plan_out, "--plan-out")
+    for flag, value, least in (("--remove", args.remove, 0), ("--remove-per-layer", args.remove_per_layer, 0),
+                               ("--min-heads-per-layer", args.min_heads_per_layer, 1),
+                               ("--heads-multiple", args.heads_multiple, 1)):
+        if value is not None and value < least:
+            raise UserInputError(f"{flag} must be at least {least}, got {value}")
     if args.plan is not None:
         plan = parse_json(PruningPlan.from_dict, read_json(args.plan, "plan"), args.plan)
     else:

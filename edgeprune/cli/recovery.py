@@ -6,7 +6,7 @@ import dataclasses
 import shutil
 from pathlib import Path
 
-from edgeprune.cli.common import EXIT_OK, read_json
+from edgeprune.cli.common import EXIT_OK, check_output_folder, read_json
 from edgeprune.errors import UserInputError
 
 NEURON_CRITERIA = ("activation", "weight-norm")  # edgeprune.pruning.ffn.NEURON_CRITERIA, without importing torch
@@ -74,12 +74,13 @@ def run_distill(args: argparse.Namespace) -> int:
     from edgeprune.recovery import DistillData, distill, remove_redundant_layers
     from edgeprune.serialization import write_json_atomic
     from edgeprune.tasks import bundled_task
+    from edgeprune.tasks.compatibility import check_model_folder
 
     if not (args.model / "config.json").is_file():
         raise UserInputError(f"model folder {args.model} does not exist or has no config.json; "
                              "pass a folder written by `edgeprune prune`")
-    if args.out.exists() and any(args.out.iterdir()):
-        raise UserInputError(f"output folder {args.out} already exists and is not empty; choose another --out")
+    check_model_folder(args.model)
+    check_output_folder(args.out)
     if args.batch_size < 1:
         raise UserInputError(f"--batch-size must be at least 1, got {args.batch_size}")
     if args.teacher_model is not None and not args.teacher_model.exists():
@@ -90,6 +91,9 @@ def run_distill(args: argparse.Namespace) -> int:
         raise UserInputError(f"--ffn-ratio must be a share of neurons in [0, 1), got {args.ffn_ratio}")
     if args.scoring_batches < 1:
         raise UserInputError(f"--scoring-batches must be at least 1, got {args.scoring_batches}")
+    for flag, value in (("--train-limit", args.train_limit), ("--validation-limit", args.validation_limit)):
+        if value is not None and value < 1:
+            raise UserInputError(f"{flag} must be at least 1, got {value}")
     config = config_from(args)
     encoder = load(args.model)
     layers = len(adapter_for(encoder).layer_modules(encoder))

@@ -7,6 +7,7 @@ the same split unless a cut falls between them.
 """
 
 import hashlib
+import math
 from collections import Counter, defaultdict
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
@@ -27,7 +28,9 @@ class SplitRatios:
 
     def __post_init__(self) -> None:
         parts = (self.calibration, self.validation, self.test)
-        if any(p <= 0 for p in parts) or abs(sum(parts) - 1) > 1e-6:
+        valid = all(isinstance(p, int | float) and not isinstance(p, bool) and math.isfinite(p) and p > 0
+                    for p in parts)
+        if not valid or abs(sum(parts) - 1) > 1e-6:
             raise UserInputError(f"split ratios (calibration, validation, test) must be positive and sum to 1, got "
                                  f"{parts}; for example 0.55,0.15,0.30")
 

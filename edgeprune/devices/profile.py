@@ -1,6 +1,8 @@
 """Device profiles: TOML files that state a device's hardware, runtime, budgets, power and connection."""
 
+import math
 import os
+import re
 import sys
 import tomllib
 from dataclasses import dataclass, field
@@ -15,6 +17,14 @@ SUPPORTED_RUNTIMES = ("executorch", "litert")
 SUPPORTED_CONNECTIONS = ("local", "ssh", "adb")
 SUPPORTED_SENSORS = ("vcgencmd", "ina3221", "tegrastats", "battery", "rapl")  # edgeprune/bench/sensors
 SUPPORTED_RUNNERS = ("python", "native")
+MAX_NUMBER = 1e12  # no count, size, rate or power of a device comes near it; beyond it a number is a typo
+MAX_PORT = 65535
+# what ssh accepts as a user and a host, and nothing a shell or the ssh client would read as more (';', '-o...')
+SSH_USER = re.compile(r"[A-Za-z0-9_][A-Za-z0-9._+-]{0,63}")  # all used with fullmatch
+HOST_NAME = re.compile(r"(?=.{1,253}\Z)[A-Za-z0-9_](?:[A-Za-z0-9._-]*[A-Za-z0-9_])?")
+IPV6_ADDRESS = re.compile(r"[0-9A-Fa-f:.]*:[0-9A-Fa-f:.]*(?:%[A-Za-z0-9_.-]+)?")
+ADB_SERIAL = re.compile(r"[A-Za-z0-9_.:][A-Za-z0-9_.:@+-]{0,127}")
+PROFILE_NAME = re.compile(r"[A-Za-z0-9_][A-Za-z0-9_.+-]{0,63}")
 
 
 @dataclass(frozen=True)
@@ -23,6 +33,7 @@ class Key:
     required: bool = True
     choices: tuple[str, ...] = ()
     positive: bool = False
+    maximum: float = MAX_NUMBER
 
 
 SCHEMA: dict[str, dict[str, Key]] = {
@@ -43,9 +54,10 @@ SCHEMA: dict[str, dict[str, Key]] = {
               "sensor": Key(str, False, choices=SUPPORTED_SENSORS)},
     "connection": {
         "kind": Key(str, choices=SUPPORTED_CONNECTIONS), "host": Key(str, False), "user": Key(str, False),
-        "port": Key(int, False, positive=True), "key": Key(str, False), "known_hosts": Key(str, False),
-        "trust_on_first_use": Key(bool, False), "connect_timeout_s": Key(NUMBER, False, positive=True),
-        "serial": Key(str, False), "adb_port": Key(int, False, positive=True),
+        "port": Key(int, False, positive=True, maximum=MAX_PORT), "key": Key(str, False),
+        "known_hosts": Key(str, False), "trust_on_first_use": Key(bool, False),
+        "connect_timeout_s": Key(NUMBER, False, positive=True, maximum=3600),
+        "serial": Key(str, False), "adb_port": Key(int, False, positive=True, maximum=MAX_PORT),
     },
 }
 OPTIONAL_TABLES = ("power",)
@@ -127,11 +139,39 @@ def profile_dirs() -> list[Path]:
 
 
 def known_devices() -> list[str]:
+    """The names of the profiles in `profile_dirs()` (files only; names that are not text are left out)."""
     names = set()
     for folder in profile_dirs():
-        if folder.is_dir():
-            names.update(p.stem for p in folder.glob("*.toml"))
+        try:
+            files = [p for p in folder.glob("*.toml") if p.is_file()] if folder.is_dir() else []
+        except OSError:
+            continue  # an unreadable folder holds no profiles we can use
+        names.update(p.stem for p in files if _is_text(p.stem))
     return sorted(names)
+
+
+def _is_text(name: str) -> bool:
+    try:
+        name.encode("utf-8")
+    except UnicodeEncodeError:  # undecodable bytes in a file name
+        return False
+    return name.isprintable()
+
+
+def check_ssh_target(user: str, host: str, where: str) -> None:
+    """Refuse an ssh user or host that ssh would reject or read as an option or shell syntax."""
+    if not SSH_USER.fullmatch(user):
+        raise UserInputError(f"{where}: user {user!r} is not an ssh user name (letters, digits, '.', '_', '-', '+'; "
+                             "not starting with '-')")
+    if not (HOST_NAME.fullmatch(host) or IPV6_ADDRESS.fullmatch(host)):
+        raise UserInputError(f"{where}: host {host!r} is not a host name or IP address (letters, digits, '.', '-', "
+                             "'_'; IPv6 in brackets: user@[::1]:22)")
+
+
+def check_adb_serial(serial: str, where: str) -> None:
+    if not ADB_SERIAL.fullmatch(serial):
+        raise UserInputError(f"{where}: {serial!r} is not an adb serial (letters, digits, '.', ':', '_', '-'; "
+                             "see `adb devices`)")
 
 
 def load_profile(name_or_path: str) -> DeviceProfile:
@@ -170,11 +210,28 @@ def _check_section(path: Path, table: str, section: dict, schema: dict[str, Key]
             raise UserInputError(f"{path}: {where} = {value!r} has the wrong type; expected {_type_name(spec.types)}")
         if spec.choices and value not in spec.choices:
             raise UserInputError(f"{path}: {where} = {value!r}; supported: {', '.join(spec.choices)}")
-        if spec.positive and value <= 0:
-            raise UserInputError(f"{path}: {where} = {value} must be positive")
+        if isinstance(value, int | float) and not is_bool:
+            _check_number(path, where, value, spec)
     missing = [k for k, spec in schema.items() if spec.required and k not in section]
     if missing:
         raise UserInputError(f"{path}: missing {', '.join(f'{table}.{k}' if table else k for k in missing)}")
+
+
+def _check_number(path: Path, where: str, value: int | float, spec: Key) -> None:
+    """Finite, within `spec.maximum` and, for `positive` keys, above 0: nan, inf and typos of many digits fail."""
+    shown = value if isinstance(value, float) or abs(value) < 10 ** 15 else "a number of more than 15 digits"
+    if isinstance(value, float) and not math.isfinite(value):
+        raise UserInputError(f"{path}: {where} = {value} must be a finite number")
+    if spec.positive and value <= 0:
+        raise UserInputError(f"{path}: {where} = {shown} must be positive")
+    if abs(value) > spec.maximum:
+        raise UserInputError(f"{path}: {where} = {shown} is out of range; at most {spec.maximum:g}")
+
+
+def _table(path: Path, name: str, value: Any) -> dict:
+    if not isinstance(value, dict):
+        raise UserInputError(f"{path}: {name} = {value!r} must be a table: a [{name}] section with its keys")
+    return value
 
 
 def _clusters(path: Path, raw: list, cores: int) -> tuple[Cluster, ...]:
@@ -207,6 +264,10 @@ def _endpoint(path: Path, section: dict) -> Endpoint:
     missing = [k for k in needed if k not in section]
     if missing:
         raise UserInputError(f"{path}: kind = {kind!r} needs {', '.join(f'connection.{k}' for k in missing)}")
+    if kind == "ssh":
+        check_ssh_target(section["user"], section["host"], f"{path}: connection")
+    if kind == "adb":
+        check_adb_serial(section["serial"], f"{path}: connection.serial")
     options = {k: v for k, v in section.items() if k != "kind"}
     for key in ("key", "known_hosts"):
         if key in options:
@@ -216,11 +277,25 @@ def _endpoint(path: Path, section: dict) -> Endpoint:
     return Endpoint(kind=kind, **options)
 
 
-def _parse(path: Path) -> DeviceProfile:
+def _read_toml(path: Path) -> dict[str, Any]:
     try:
-        data = tomllib.loads(path.read_text())
-    except (OSError, tomllib.TOMLDecodeError) as error:
-        raise UserInputError(f"{path}: cannot read device profile: {error}") from None
+        raw = path.read_bytes()
+    except OSError as error:
+        raise UserInputError(f"{path}: cannot read device profile: {error.strerror or error}") from None
+    try:
+        text = raw.decode("utf-8")
+    except UnicodeDecodeError as error:
+        line = raw[:error.start].count(b"\n") + 1
+        raise UserInputError(f"{path}: device profile is not UTF-8 text (byte 0x{raw[error.start]:02x} at line "
+                             f"{line}); save it as UTF-8") from None
+    try:
+        return tomllib.loads(text)
+    except (ValueError, RecursionError) as error:  # TOMLDecodeError, or an integer of thousands of digits
+        raise UserInputError(f"{path}: device profile is not valid TOML: {error}") from None
+
+
+def _parse(path: Path) -> DeviceProfile:
+    data = _read_toml(path)
     tables = [t for t in SCHEMA if t]
     for key, value in data.items():
         if isinstance(value, dict) and key not in SCHEMA:
@@ -231,7 +306,11 @@ def _parse(path: Path) -> DeviceProfile:
             if table in OPTIONAL_TABLES:
                 continue
             raise UserInputError(f"{path}: missing table [{table}] with keys {', '.join(keys)}")
-        _check_section(path, table, section, keys, skip=tuple(tables) if not table else ())
+        _check_section(path, table, _table(path, table, section) if table else section, keys,
+                       skip=tuple(tables) if not table else ())
+    if not PROFILE_NAME.fullmatch(data["name"]):
+        raise UserInputError(f"{path}: name = {data['name']!r} must be a short name of letters, digits, '.', '_', "
+                             "'-' (it names the benchmark result files)")
     hardware, runtime, budgets = data["hardware"], data["runtime"], data["budgets"]
     if runtime["threads"] > hardware["cores"]:
         raise UserInputError(f"{path}: runtime.threads = {runtime['threads']} exceeds hardware.cores = "

@@ -3,10 +3,12 @@
 from edgeprune.export.artifacts import (
     RUNTIMES,
     ExportedArtifact,
+    check_artifact,
     content_key,
     export,
     export_prepared,
     load_artifact,
+    runtime_of,
 )
 from edgeprune.export.base import DeviceRuntime, RunArtifact
 from edgeprune.export.executorch import ExecutorchProgram
@@ -14,4 +16,5 @@ from edgeprune.export.litert import LiteRTProgram
 from edgeprune.export.verify import Verification, verify_artifact
 
 __all__ = ["RUNTIMES", "DeviceRuntime", "ExecutorchProgram", "ExportedArtifact", "LiteRTProgram", "RunArtifact",
-           "Verification", "content_key", "export", "export_prepared", "load_artifact", "verify_artifact"]
+           "Verification", "check_artifact", "content_key", "export", "export_prepared", "load_artifact", "runtime_of",
+           "verify_artifact"]

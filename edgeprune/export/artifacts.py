@@ -9,7 +9,8 @@ from pathlib import Path
 import torch
 from torch import nn
 
-from edgeprune.export.base import DeviceRuntime, RunArtifact
+from edgeprune.errors import UserInputError, VerificationError
+from edgeprune.export.base import HEAD_BYTES, DeviceRuntime, RunArtifact
 from edgeprune.export.executorch import ExecutorchRuntime
 from edgeprune.export.litert import LiteRTRuntime
 from edgeprune.quantize.recipes import RECIPES, Recipe
@@ -88,11 +89,54 @@ def export_prepared(
     return ExportedArtifact(Path(path), recipe.runtime, recipe.name, len(data), time.perf_counter() - start, cached)
 
 
-def load_artifact(path: Path, threads: int | None = None) -> RunArtifact:
-    """Run an artifact by its file type: `.pte` with ExecuTorch, `.tflite` with LiteRT."""
+def runtime_of(path: Path) -> str | None:
+    """The runtime whose artifacts end in `path`'s suffix, or None."""
+    return next((name for name in RUNTIMES if RUNTIMES.get(name).suffix == Path(path).suffix), None)
+
+
+def check_artifact(path: Path, runtime: str | None = None) -> str:
+    """Refuse an artifact file before it is copied or run: exit 2 when it is missing or of no known type, exit 4
+    (VerificationError) when it is empty, of another format, cut off or malformed. Returns its runtime's name.
+
+    Nothing is run: ExecuTorch programs are checked against the sizes in their header, LiteRT models by the
+    interpreter's flatbuffer verifier.
+    """
     path = Path(path)
-    for name in RUNTIMES:
-        runtime = RUNTIMES.get(name)
-        if path.suffix == runtime.suffix:
-            return runtime.load(path, threads)
-    raise ValueError(f"{path}: unknown artifact type; expected one of .pte, .tflite")
+    name = runtime or runtime_of(path)
+    if name is None:
+        raise UserInputError(f"cannot tell the runtime of {path}; pass --runtime {'|'.join(RUNTIMES.names())}")
+    expected = RUNTIMES.get(name)
+    try:
+        size = path.stat().st_size
+        with path.open("rb") as handle:
+            head = handle.read(HEAD_BYTES)
+    except FileNotFoundError:
+        raise UserInputError(f"artifact {path} does not exist") from None
+    except IsADirectoryError:
+        raise UserInputError(f"artifact {path} is a folder, not {expected.title}") from None
+    except OSError as error:
+        raise UserInputError(f"cannot read artifact {path}: {error.strerror or error}") from None
+    if size == 0:
+        raise VerificationError(f"{path} is empty, not {expected.title}; export or copy it again")
+    if not expected.is_own(head):
+        other = next((RUNTIMES.get(n) for n in RUNTIMES if RUNTIMES.get(n).is_own(head)), None)
+        hint = (f"it is {other.title}: pass --runtime {other.name} or name it *{other.suffix}" if other else
+                f"it starts with {head[:16]!r}")
+        raise VerificationError(f"{path} is not {expected.title} ({hint})")
+    expected.check_file(path, head, size)
+    return name
+
+
+def load_artifact(path: Path, threads: int | None = None) -> RunArtifact:
+    """Run an artifact by its file type: `.pte` with ExecuTorch, `.tflite` with LiteRT; a file its runtime cannot
+    load is a VerificationError (exit 4)."""
+    path = Path(path)
+    name = runtime_of(path)
+    if name is None:
+        raise ValueError(f"{path}: unknown artifact type; expected one of .pte, .tflite")
+    runtime = RUNTIMES.get(name)
+    try:
+        return runtime.load(path, threads)
+    except (RuntimeError, ValueError) as error:
+        message = " ".join(str(error).split())
+        raise VerificationError(f"{runtime.name} cannot load {path} ({message}); export it again") from None

@@ -7,14 +7,29 @@ from pathlib import Path
 import torch
 from torch import nn
 
+from edgeprune.errors import VerificationError
 from edgeprune.quantize.recipes import Recipe
 
 RunArtifact = Callable[..., list[torch.Tensor]]
+HEAD_BYTES = 64  # enough of a file's start for every runtime's header
 
 
 class DeviceRuntime(ABC):
     name: str = ""
     suffix: str = ""  # artifact file extension
+    title: str = ""  # what one of its artifacts is called, with its article: "an ExecuTorch program"
+    identifier: bytes = b""  # the flatbuffer file identifier, bytes 4 to 8 of every artifact
+
+    def is_own(self, head: bytes) -> bool:
+        """Whether a file starting with `head` carries this runtime's file identifier."""
+        return len(head) >= 8 and head[4:8] == self.identifier
+
+    def check_file(self, path: Path, head: bytes, size: int) -> None:
+        """Refuse (VerificationError, exit 4) a file of this runtime that is cut off or malformed, without running
+        it; `head` is the file's first HEAD_BYTES bytes. The identifier is already checked."""
+        if int.from_bytes(head[0:4], "little") >= size:
+            raise VerificationError(f"{path} is not {self.title} in one piece: its root table lies beyond its "
+                                    f"{size} bytes; export or copy it again")
 
     @abstractmethod
     def lower(self, module: nn.Module, example_inputs: tuple[torch.Tensor, ...], recipe: Recipe) -> bytes:

@@ -6,8 +6,11 @@ from pathlib import Path
 import torch
 from torch import nn
 
+from edgeprune.errors import VerificationError
 from edgeprune.export.base import DeviceRuntime, RunArtifact
 from edgeprune.quantize.recipes import Recipe
+
+EXTENDED_HEADER = b"eh00"  # after the identifier: program size, segment offset and segment size (little-endian)
 
 _threadpool_size: int | None = None
 
@@ -39,6 +42,24 @@ class ExecutorchProgram:
 class ExecutorchRuntime(DeviceRuntime):
     name = "executorch"
     suffix = ".pte"
+    title = "an ExecuTorch program"
+    identifier = b"ET12"
+
+    def check_file(self, path: Path, head: bytes, size: int) -> None:
+        """The sizes the extended header states against the file's: what the runtime checks first when it loads."""
+        if head[8:12] != EXTENDED_HEADER or len(head) < 32:
+            super().check_file(path, head, size)
+            return
+        length = int.from_bytes(head[12:16], "little")
+        program_size = int.from_bytes(head[16:24], "little")
+        segment_base = int.from_bytes(head[24:32], "little")
+        segment_size = int.from_bytes(head[32:40], "little") if length > 24 and len(head) >= 40 else 0
+        expected = segment_base + segment_size if segment_size else max(program_size, segment_base)
+        if length < 24 or program_size < 16 or int.from_bytes(head[0:4], "little") >= program_size:
+            raise VerificationError(f"{path} is not {self.title}: its header is malformed; export it again")
+        if size < expected:
+            raise VerificationError(f"{path} is cut off: {size} bytes of the {expected} its header states; copy or "
+                                    "export it again")
 
     def lower(self, module: nn.Module, example_inputs: tuple[torch.Tensor, ...], recipe: Recipe) -> bytes:
         from executorch.backends.xnnpack.partition.xnnpack_partitioner import XnnpackPartitioner

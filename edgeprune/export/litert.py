@@ -12,8 +12,12 @@ import numpy as np
 import torch
 from torch import nn
 
+from edgeprune.errors import VerificationError
 from edgeprune.export.base import DeviceRuntime, RunArtifact
 from edgeprune.quantize.recipes import Recipe
+
+# what the interpreter says of a valid model whose ops this machine's LiteRT lacks (the device's may have them)
+MISSING_OP = ("unresolved custom op", "Didn't find op for builtin opcode")
 
 
 class LiteRTProgram:
@@ -46,6 +50,21 @@ class LiteRTProgram:
 class LiteRTRuntime(DeviceRuntime):
     name = "litert"
     suffix = ".tflite"
+    title = "a LiteRT model"
+    identifier = b"TFL3"
+
+    def check_file(self, path: Path, head: bytes, size: int) -> None:
+        """The interpreter's flatbuffer verifier: it bounds-checks every table and buffer, so a cut-off file fails."""
+        super().check_file(path, head, size)
+        from ai_edge_litert.interpreter import Interpreter
+
+        try:
+            Interpreter(str(path), num_threads=1)
+        except ValueError as error:
+            if not any(text in str(error) for text in MISSING_OP):
+                message = " ".join(str(error).split())
+                raise VerificationError(f"{path} is not {self.title} in one piece ({message}); export or "
+                                        "copy it again") from None
 
     def lower(self, module: nn.Module, example_inputs: tuple[torch.Tensor, ...], recipe: Recipe) -> bytes:
         import litert_torch

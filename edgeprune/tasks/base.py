@@ -12,7 +12,7 @@ from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from functools import cached_property
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, ClassVar
 
 import torch
 from torch import nn
@@ -20,6 +20,7 @@ from torch import nn
 from edgeprune.data import DataSplits, SplitRatios
 from edgeprune.errors import UserInputError
 from edgeprune.progress import Progress
+from edgeprune.tasks.compatibility import check_model_for_task, check_weight_files
 
 if TYPE_CHECKING:
     from edgeprune.quantize.vocabulary import VocabularyMap
@@ -96,12 +97,26 @@ class Task(ABC):
     kind = "task"  # registry key
     metric = "quality"
     higher_is_better = True
+    model_kinds: ClassVar[tuple[str, ...]] = ()  # compatibility.ENCODER, DECODER, VISION: the models it runs
 
     def __post_init__(self) -> None:
         self.model_path = Path(self.model_path)
         if not self.model_path.is_dir() or not (self.model_path / "config.json").is_file():
             raise UserInputError(f"model path {self.model_path} is not a model folder (no config.json found there); "
                                  "pass a Hugging Face model folder")
+        check_weight_files(self.model_path)
+        self.check_model()
+
+    def check_model(self) -> None:
+        """Refuse a model of a kind this task cannot run (from its config alone: no weights load)."""
+        if self.model_kinds:
+            check_model_for_task(self.kind, self.model_path, self.model_kinds)
+
+    def check_inputs(self) -> None:
+        """Everything that can be checked before the model loads: the data, its split and labels, and what turns
+        it into tensors (tokenizer, image decoding). Bad input fails here with one line, exit 2."""
+        for split in SPLITS:
+            self.encode(split)
 
     # --- data -----------------------------------------------------------------------------------
     @property

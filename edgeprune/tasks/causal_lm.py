@@ -12,6 +12,7 @@ from torch import nn
 from edgeprune.errors import UserInputError
 from edgeprune.models.classifier import CausalLMLogits
 from edgeprune.tasks.base import Batch, Quality, Split, Teacher
+from edgeprune.tasks.compatibility import DECODER
 from edgeprune.tasks.metrics import next_token_nll
 from edgeprune.tasks.text import TextTask
 
@@ -24,6 +25,7 @@ class CausalLMTask(TextTask):
     kind = "causal-lm"
     metric = "perplexity"
     higher_is_better = False
+    model_kinds = (DECODER,)
 
     @property
     def labelled(self) -> bool:

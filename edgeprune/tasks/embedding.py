@@ -17,6 +17,7 @@ from torch import nn
 from edgeprune.errors import UserInputError
 from edgeprune.models.classifier import EncoderEmbedder
 from edgeprune.tasks.base import Batch, Quality, Split, Teacher
+from edgeprune.tasks.compatibility import ENCODER
 from edgeprune.tasks.metrics import neighbour_agreement
 from edgeprune.tasks.text import TextTask
 
@@ -67,6 +68,7 @@ def sentence_transformers_pooling(folder: Path) -> PoolingConfig:
 class EmbeddingTask(TextTask):
     kind = "embedding"
     metric = "cosine"
+    model_kinds = (ENCODER,)
 
     @property
     def labelled(self) -> bool:

@@ -1,6 +1,7 @@
 """Image classification with a vision transformer: top-1 and top-5, per class, through the model's own head
 or a linear head fitted on the [CLS] features of the calibration images."""
 
+import math
 import time
 from dataclasses import dataclass
 from functools import cached_property
@@ -16,6 +17,7 @@ from edgeprune.errors import UserInputError
 from edgeprune.models.classifier import ImageClassifier
 from edgeprune.serialization import write_json_atomic
 from edgeprune.tasks.base import Batch, Quality, Split, Task, Teacher
+from edgeprune.tasks.compatibility import VISION, read_config
 from edgeprune.tasks.metrics import classification_report
 from edgeprune.tasks.text import load_model_folder, model_architecture
 from edgeprune.tasks.text_classification import HEADS, fit_linear_head
@@ -39,24 +41,38 @@ class ImagePreprocessing:
 def preprocessing_for(folder: Path) -> ImagePreprocessing:
     import json
 
-    from transformers import AutoConfig
-
-    config = AutoConfig.from_pretrained(folder)
+    config = read_config(folder)
     size = getattr(config, "image_size", 224)
     settings: dict[str, Any] = {}
     processor_file = folder / "preprocessor_config.json"
     if processor_file.is_file():
         try:
-            settings = json.loads(processor_file.read_text())
-        except (OSError, json.JSONDecodeError) as error:
+            settings = json.loads(processor_file.read_bytes().decode("utf-8-sig"))
+        except OSError as error:
+            raise UserInputError(f"cannot read {processor_file}: {error.strerror or error}") from None
+        except (ValueError, RecursionError) as error:  # JSON syntax or non-UTF-8 bytes
             raise UserInputError(f"{processor_file} is not valid JSON: {error}") from None
-    shape = settings.get("size", {"height": size, "width": size})
-    if isinstance(shape, int):
-        shape = {"height": shape, "width": shape}
-    return ImagePreprocessing(int(shape.get("height", size)), int(shape.get("width", size)),
-                              list(settings.get("image_mean", IMAGENET_HALF)),
-                              list(settings.get("image_std", IMAGENET_HALF)),
-                              float(settings.get("rescale_factor", 1 / 255)))
+        if not isinstance(settings, dict):
+            raise UserInputError(f"{processor_file} must hold a JSON object")
+    try:
+        shape = settings.get("size", {"height": size, "width": size})
+        if isinstance(shape, int):
+            shape = {"height": shape, "width": shape}
+        preprocessing = ImagePreprocessing(int(shape.get("height", size)), int(shape.get("width", size)),
+                                           [float(v) for v in settings.get("image_mean", IMAGENET_HALF)],
+                                           [float(v) for v in settings.get("image_std", IMAGENET_HALF)],
+                                           float(settings.get("rescale_factor", 1 / 255)))
+    except (AttributeError, TypeError, ValueError, OverflowError) as error:
+        raise UserInputError(f"the image settings of {folder} (config.json image_size, preprocessor_config.json "
+                             f"size, image_mean, image_std, rescale_factor) are not numbers as expected: {error}"
+                             ) from None
+    numbers = [preprocessing.rescale, *preprocessing.mean, *preprocessing.std]
+    if not (0 < preprocessing.height <= 8192 and 0 < preprocessing.width <= 8192 and len(preprocessing.mean) == 3
+            and len(preprocessing.std) == 3 and all(math.isfinite(v) for v in numbers)
+            and all(v > 0 for v in preprocessing.std)):
+        raise UserInputError(f"the image settings of {folder} are out of range: {preprocessing}; expected a size "
+                             "from 1 to 8192 pixels, three finite means and three positive standard deviations")
+    return preprocessing
 
 
 def pixel_values(image: Any, preprocessing: ImagePreprocessing) -> torch.Tensor:
@@ -75,6 +91,7 @@ class ImageClassificationTask(Task):
 
     kind = "image-classification"
     metric = "top1"
+    model_kinds = (VISION,)
 
     def __post_init__(self) -> None:
         super().__post_init__()

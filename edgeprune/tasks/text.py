@@ -1,5 +1,6 @@
 """What text tasks share: the model folder's tokenizer, a max length checked against the model, shipping."""
 
+import pickle
 import shutil
 from dataclasses import dataclass
 from functools import cached_property
@@ -12,6 +13,7 @@ from torch import nn
 from edgeprune.errors import UserInputError
 from edgeprune.models import adapter_for
 from edgeprune.tasks.base import Task
+from edgeprune.tasks.compatibility import model_kind, read_config
 
 if TYPE_CHECKING:
     from edgeprune.quantize.vocabulary import VocabularyMap
@@ -34,23 +36,25 @@ class TextTask(Task):
                                  f"{self.model_path}; use --max-length {positions} or less")
 
     def model_positions(self) -> int | None:
-        from transformers import AutoConfig
-
-        try:
-            config = AutoConfig.from_pretrained(self.model_path)
-        except (OSError, ValueError) as error:
-            raise UserInputError(f"cannot read the model config in {self.model_path}: {error}") from None
-        return getattr(config, "max_position_embeddings", None)
+        positions = getattr(read_config(self.model_path), "max_position_embeddings", None)
+        return positions if isinstance(positions, int) and not isinstance(positions, bool) else None
 
     @cached_property
     def tokenizer(self):  # noqa: ANN201 - a transformers tokenizer
         from transformers import AutoTokenizer
 
         try:
-            return AutoTokenizer.from_pretrained(self.model_path)
-        except (OSError, ValueError, TypeError) as error:
-            raise UserInputError(f"cannot load a tokenizer from {self.model_path} ({error}); the model folder needs "
-                                 "its tokenizer files (e.g. tokenizer.json)") from None
+            tokenizer = AutoTokenizer.from_pretrained(self.model_path)
+        except Exception as error:  # tokenizers raises a bare Exception on a broken tokenizer.json
+            message = " ".join(str(error).split())[:300]
+            raise UserInputError(f"cannot load a tokenizer from {self.model_path} ({type(error).__name__}: "
+                                 f"{message}); the model folder needs its tokenizer files (e.g. tokenizer.json)"
+                                 ) from None
+        if not callable(tokenizer) or len(tokenizer) <= len(set(tokenizer.all_special_ids)):
+            # transformers builds a tokenizer of special tokens alone when the folder has no tokenizer files
+            raise UserInputError(f"the model folder {self.model_path} has no tokenizer (no vocabulary beyond the "
+                                 "special tokens); copy its tokenizer files (e.g. tokenizer.json) into it")
+        return tokenizer
 
     def tokenize(self, texts: list[str]) -> dict[str, torch.Tensor]:
         tokens = self.tokenizer(texts, padding="max_length", truncation=True, max_length=self.max_length,
@@ -91,6 +95,7 @@ class TextTask(Task):
 
 def load_model_folder(path: Path, auto_class: str, **kwargs: object) -> nn.Module:
     import transformers
+    from safetensors import SafetensorError
     from transformers import AutoConfig
 
     from edgeprune.models.base import KEPT_HEADS_CONFIG_KEY
@@ -103,18 +108,17 @@ def load_model_folder(path: Path, auto_class: str, **kwargs: object) -> nn.Modul
         else:
             model = getattr(transformers, auto_class).from_pretrained(path, dtype=torch.float32,
                                                                       attn_implementation="eager", **kwargs)
-    except (OSError, ValueError, KeyError) as error:
-        raise UserInputError(f"cannot load a model from {path}: {error}") from None
+    except UserInputError:
+        raise
+    except (OSError, ValueError, KeyError, RuntimeError, EOFError, pickle.UnpicklingError, SafetensorError) as error:
+        # a missing or cut-off weights file, tensors of the wrong shape, a broken pickle
+        message = " ".join(str(error).split())
+        message = message if len(message) <= 300 else message[:300] + "..."
+        raise UserInputError(f"cannot load a model from {path}: {message or type(error).__name__}") from None
     adapter_for(model)  # fail early with the supported families
     return model.eval()
 
 
 def model_architecture(path: Path) -> str:
     """The first architecture the folder's config names, or '' when it names none."""
-    from transformers import AutoConfig
-
-    try:
-        config = AutoConfig.from_pretrained(path)
-    except (OSError, ValueError) as error:
-        raise UserInputError(f"cannot read the model config in {path}: {error}") from None
-    return (getattr(config, "architectures", None) or [""])[0]
+    return model_kind(path).architecture

@@ -13,6 +13,7 @@ from edgeprune.errors import UserInputError
 from edgeprune.models.classifier import EncoderClassifier, SequenceClassifier
 from edgeprune.serialization import write_json_atomic
 from edgeprune.tasks.base import Batch, Quality, RuntimeRun, Split, Teacher
+from edgeprune.tasks.compatibility import DECODER, ENCODER, check_model_for_task
 from edgeprune.tasks.metrics import classification_report
 from edgeprune.tasks.text import TextTask, load_model_folder, model_architecture
 
@@ -33,6 +34,12 @@ class TextClassificationTask(TextTask):
         if self.head == "model" and not self.has_own_head:
             raise UserInputError(f"the model in {self.model_path} has no classification head "
                                  f"({model_architecture(self.model_path) or 'no architecture'}); use --head fit")
+
+    def check_model(self) -> None:
+        """A text encoder; a decoder only through its own sequence-classification head (it has no pooling)."""
+        own = self.head != "fit" and self.has_own_head
+        check_model_for_task(self.kind, self.model_path, (ENCODER, DECODER) if own else (ENCODER,),
+                             "" if own else ", or a decoder with its own sequence-classification head")
 
     @cached_property
     def has_own_head(self) -> bool:
