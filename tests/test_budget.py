@@ -72,3 +72,9 @@ def test_check_reports_every_set_budget_with_its_value_and_source():
 def test_unknown_values_never_pass():
     checks = Budget(max_latency_ms=100, max_energy_mj=1).check(1, None, None, None)
     assert [c.passed for c in checks] == [False, False] and all(c.source == "unknown" for c in checks)
+
+
+@pytest.mark.parametrize("floor", [float("nan"), float("inf"), float("-inf")])
+def test_a_quality_floor_from_the_api_is_finite(floor):
+    with pytest.raises(UserInputError, match="finite"):
+        Budget(min_quality=floor)

@@ -442,8 +442,8 @@ def test_the_command_itself_prints_one_line_for_a_text_file_named_model_pte(tmp_
     ("export", "file.txt/m.pte", "is a file"), ("prune", "full", "not empty"), ("prune", "file.txt", "is a file"),
     ("prune", "/proc/x/o", "cannot be written"), ("distill", "full", "not empty"), ("distill", "file.txt", "is a"),
     ("distill", "/proc/x/o", "cannot be written"), ("bench", "file.txt", "is a file"),
-    ("bench", "/proc/x/o", "cannot be written"), ("fit", "full", "not empty"), ("fit", "file.txt", "not empty"),
-    ("fit", "/proc/x/o", "cannot create"), ("fit", "file.txt/o", "cannot create"),
+    ("bench", "/proc/x/o", "cannot be written"), ("fit", "full", "not empty"), ("fit", "file.txt", "is a file"),
+    ("fit", "/proc/x/o", "cannot be written"), ("fit", "file.txt/o", "cannot be created"),
 ])
 def test_an_output_that_cannot_be_written_is_refused_and_left_alone(verb, out, expected, tiny_bert_dir, tmp_path,
                                                                     capfd):

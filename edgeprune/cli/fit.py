@@ -9,6 +9,8 @@ from edgeprune.cli.common import (
     EXIT_BUDGET,
     EXIT_OK,
     add_task_arguments,
+    check_output_folder,
+    min_quality,
     number_list,
     positive,
     positive_mb,
@@ -16,16 +18,6 @@ from edgeprune.cli.common import (
 )
 from edgeprune.cli.devices import add_connection_arguments, endpoint_from
 from edgeprune.errors import UserInputError
-
-
-def min_quality(text: str) -> float | str:
-    """An absolute floor in the task's metric (0.95) or a drop relative to the dense teacher (-1%)."""
-    if text.strip().endswith("%"):
-        return text.strip()
-    try:
-        return float(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"{text!r} must be a number like 0.95 or a relative drop like -1%") from None
 
 
 def add_parsers(verbs: argparse._SubParsersAction) -> None:
@@ -94,8 +86,15 @@ def run_fit(args: argparse.Namespace) -> int:
         recipe_for_runtime(name, runtime)
     if args.scoring_examples < 1:
         raise UserInputError(f"--scoring-examples must be at least 1, got {args.scoring_examples}")
+    if args.recover_steps < 0:
+        raise UserInputError(f"--recover-steps must be at least 0 (0: no recovery), got {args.recover_steps}")
+    if args.quality_tolerance is not None and not 0 <= args.quality_tolerance < 1:
+        raise UserInputError(f"--quality-tolerance must be at least 0 and under 1 (in the task metric's units), got "
+                             f"{args.quality_tolerance}")
     if args.resume is not None and args.out is not None and args.resume != args.out:
         raise UserInputError("--resume DIR continues the fit that was writing to DIR; leave out --out")
+    if args.resume is None and args.out is not None:
+        check_output_folder(args.out)  # before the task is built: a bad --out costs nothing
     budget = Budget.for_device(profile, max_mb=args.max_mb, max_memory_mb=args.max_memory_mb,
                                max_latency_ms=args.max_latency_ms, max_energy_mj=args.max_energy_mj,
                                min_quality=args.min_quality, latency_percentile=args.latency_percentile)

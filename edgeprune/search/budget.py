@@ -76,6 +76,8 @@ class Budget:
         if isinstance(self.min_quality, bool) or (self.min_quality is not None and not isinstance(
                 self.min_quality, int | float | str)):
             raise UserInputError(f"min quality must be a number or a relative drop like -1%, got {self.min_quality!r}")
+        if isinstance(self.min_quality, int | float) and not math.isfinite(self.min_quality):
+            raise UserInputError(f"min quality must be a finite number, got {self.min_quality!r}")
 
     @classmethod
     def for_device(cls, profile: "DeviceProfile", **overrides: Any) -> "Budget":

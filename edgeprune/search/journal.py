@@ -36,7 +36,9 @@ def prepare_out_dir(out: Path, resume: bool = False) -> tuple[Path, bool]:
     fit over an interrupted one that holds finished work (which only `--resume` or the user may remove).
     """
     work = work_dir_for(out)
-    if out.exists() and (not out.is_dir() or any(out.iterdir())):
+    if out.exists() and not out.is_dir():
+        raise UserInputError(f"--out {out} is a file; name a folder to write to")
+    if out.exists() and any(out.iterdir()):
         if resume and (out / "result.json").exists():
             raise UserInputError(f"{out} holds a finished fit (result.json); nothing to resume")
         raise UserInputError(f"output folder {out} already exists and is not empty; choose another --out")
