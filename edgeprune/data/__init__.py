@@ -3,7 +3,7 @@
 from edgeprune.data.base import DataFormat, Examples, LabeledImage, LabeledText
 from edgeprune.data.bbc import load_bbc_news, load_text_folder
 from edgeprune.data.formats import FORMATS, detect_format, load_examples
-from edgeprune.data.image_folder import decode_rgb
+from edgeprune.data.images import decode_rgb
 from edgeprune.data.split import (
                                   SPLIT_NAMES,
                                   DataSplits,

@@ -32,7 +32,7 @@ class LabeledImage:
 
     def load_rgb(self) -> "Image.Image":
         """The image decoded with Pillow and converted to RGB."""
-        from edgeprune.data.image_folder import decode_rgb
+        from edgeprune.data.images import decode_rgb  # Pillow is imported only when an image is loaded
 
         return decode_rgb(Path(self.path))
 

@@ -3,8 +3,6 @@ reported before any work starts."""
 
 from pathlib import Path
 
-from PIL import Image, UnidentifiedImageError
-
 from edgeprune.data.base import (
     IMAGE_SUFFIXES,
     DataFormat,
@@ -14,34 +12,10 @@ from edgeprune.data.base import (
     no_usable_files,
     scan_label_folders,
 )
+from edgeprune.data.images import DECODE_ERRORS, decode_failure, decode_image
 from edgeprune.errors import UserInputError
 
 EXPECTED = "one sub-folder per class holding images (.jpg, .png, ...), e.g. photos/cat/001.jpg"
-
-
-DECODE_ERRORS = (OSError, SyntaxError, ValueError, Image.DecompressionBombError)  # what Pillow raises on bad files
-
-
-def _decode(path: Path) -> Image.Image:
-    with Image.open(path) as image:
-        return image.convert("RGB")  # convert() decodes the whole image, so truncated files fail here
-
-
-def _reason(error: Exception) -> str:
-    if isinstance(error, UnidentifiedImageError):
-        return "Pillow cannot identify it as an image"
-    if isinstance(error, OSError) and error.strerror:
-        return error.strerror  # permission denied, no such file: without the path, which the message names anyway
-    return str(error)
-
-
-def decode_rgb(path: Path) -> Image.Image:
-    """An image file decoded with Pillow, as RGB; an unreadable or broken file is a user error naming it."""
-    try:
-        return _decode(path)
-    except DECODE_ERRORS as error:
-        raise UserInputError(f"image {path} does not decode ({_reason(error)}); replace it with a valid image or "
-                             "remove it") from None
 
 
 def load_image_folder(path: Path, text_column: str = "text", label_column: str | None = "label") -> Examples:
@@ -53,9 +27,9 @@ def load_image_folder(path: Path, text_column: str = "text", label_column: str |
     broken = []
     for label, file in files:
         try:
-            _decode(file)
+            decode_image(file)
         except DECODE_ERRORS as error:
-            broken.append(f"{label}/{file.name} ({_reason(error)})")
+            broken.append(f"{label}/{file.name} ({decode_failure(error)})")
     if broken:
         shown = "; ".join(broken[:5]) + (f"; and {len(broken) - 5} more" if len(broken) > 5 else "")
         raise UserInputError(f"{len(broken)} of {len(files)} images in {path} do not decode: {shown}; "
