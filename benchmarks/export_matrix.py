@@ -24,8 +24,7 @@ import torch
 
 from edgeprune import bundled_task, plan_global_topk, score_heads
 from edgeprune.bench import benchmark_local
-from edgeprune.errors import VerificationError
-from edgeprune.export import export_prepared, load_artifact, verify_artifact
+from edgeprune.export import export, load_artifact
 from edgeprune.progress import Progress
 from edgeprune.pruning import apply_plan
 from edgeprune.quantize import CALIBRATION_EXAMPLES, RECIPES, SizeModel, any_recipe
@@ -63,23 +62,21 @@ def main() -> int:
             # real inputs at the export shape, read by calibrated recipes only
             calibration = [remap(i) for i in task.example_inputs("calibration", CALIBRATION_EXAMPLES)]
             predicted = sizes.predict(model, recipe)
-            started = time.perf_counter()
-            prepared = recipe.apply(model, calibration if recipe.calibrated else None)
-            quantize_s = time.perf_counter() - started
             suffix = ".pte" if recipe.runtime == "executorch" else ".tflite"
             path = work / f"{name}-{label.replace('%', '').replace(',', '').replace(' ', '-')}{suffix}"
-            artifact = export_prepared(prepared, example, path, recipe)
-            export_s = time.perf_counter() - started  # quantizing (and calibrating) included
+            started = time.perf_counter()
+            artifact = export(model, example, path, recipe, calibration=calibration if recipe.calibrated else None,
+                              verify_on=verify_inputs, name=name, keep_rejected=True)
+            export_s = time.perf_counter() - started  # quantizing (and calibrating) and verifying included
             if label == "dense":
                 sizes.observe(model, recipe, artifact.size_bytes)
+            check = artifact.verification
             row = {"recipe": name, "runtime": recipe.runtime, "model": label, "file_mb": artifact.size_bytes / 1e6,
                    "predicted_mb": predicted / 1e6, "size_error_pct": 100 * (predicted / artifact.size_bytes - 1),
-                   "quantize_s": quantize_s, "export_s": export_s, "tolerance_cosine": recipe.min_cosine}
-            try:
-                check = verify_artifact(prepared, load_artifact(path), verify_inputs, recipe.min_cosine, name)
-                row["cosine_to_pytorch"], row["accepted"] = check.min_cosine, True
-            except VerificationError as error:
-                row["cosine_to_pytorch"], row["accepted"], row["rejection"] = None, False, str(error)
+                   "export_s": export_s, "tolerance_cosine": recipe.min_cosine,
+                   "cosine_to_pytorch": check.min_cosine, "accepted": check.passed}
+            if not check.passed:
+                row["rejection"] = f"cosine {check.min_cosine:.6f} < {recipe.min_cosine}"
             program = load_artifact(path)
             row["test_accuracy"] = task.runtime_accuracy(lambda *inputs, run=program: run(*remap(inputs)), "test")
             for threads in (1, 2):

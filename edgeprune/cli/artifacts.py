@@ -91,7 +91,7 @@ def _calibration(task: "Task", recipe: "Recipe") -> list | None:
 
 
 def run_export(args: argparse.Namespace) -> int:
-    from edgeprune.export import RUNTIMES, export_prepared, load_artifact, verify_artifact
+    from edgeprune.export import RUNTIMES, export, load_artifact
     from edgeprune.quantize import FP32_RECIPE, recipe_for_runtime
     from edgeprune.serialization import write_json_atomic
 
@@ -103,15 +103,10 @@ def run_export(args: argparse.Namespace) -> int:
     check_output_file(args.out.with_suffix(args.out.suffix + ".json"), "--out (its .json summary)")
     task = task_from(args)
     model = task.teacher().model
-    prepared = recipe.apply(model, _calibration(task, recipe))
     task.progress.note(f"exporting with {recipe.name} ({recipe.description})")
-    artifact = export_prepared(prepared, task.example_inputs("validation", 1)[0], args.out, recipe)
-    try:
-        check = verify_artifact(prepared, load_artifact(args.out), task.example_inputs("validation", 8),
-                                recipe.min_cosine, name=str(args.out))
-    except Exception:
-        args.out.unlink(missing_ok=True)  # a rejected artifact is not left looking like a good one
-        raise
+    artifact = export(model, task.example_inputs("validation", 1)[0], args.out, recipe,
+                      calibration=_calibration(task, recipe), verify_on=task.example_inputs("validation", 8))
+    check = artifact.verification
     from edgeprune.serialization import to_jsonable
 
     quality = task.runtime_quality(load_artifact(args.out), "validation")

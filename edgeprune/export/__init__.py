@@ -3,6 +3,7 @@
 from edgeprune.export.artifacts import (
     RUNTIMES,
     ExportedArtifact,
+    VerifiedArtifact,
     check_artifact,
     content_key,
     export,
@@ -16,5 +17,5 @@ from edgeprune.export.litert import LiteRTProgram
 from edgeprune.export.verify import Verification, verify_artifact
 
 __all__ = ["RUNTIMES", "DeviceRuntime", "ExecutorchProgram", "ExportedArtifact", "LiteRTProgram", "RunArtifact",
-           "Verification", "check_artifact", "content_key", "export", "export_prepared", "load_artifact", "runtime_of",
-           "verify_artifact"]
+           "Verification", "VerifiedArtifact", "check_artifact", "content_key", "export", "export_prepared",
+           "load_artifact", "runtime_of", "verify_artifact"]

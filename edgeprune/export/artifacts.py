@@ -13,6 +13,7 @@ from edgeprune.errors import UserInputError, VerificationError
 from edgeprune.export.base import HEAD_BYTES, DeviceRuntime, RunArtifact
 from edgeprune.export.executorch import ExecutorchRuntime
 from edgeprune.export.litert import LiteRTRuntime
+from edgeprune.export.verify import Verification, compare_artifact, rejection
 from edgeprune.quantize.recipes import RECIPES, Recipe
 from edgeprune.registry import Registry
 from edgeprune.serialization import write_bytes_atomic
@@ -30,6 +31,17 @@ class ExportedArtifact:
     size_bytes: int
     export_seconds: float
     cached: bool
+
+
+@dataclass
+class VerifiedArtifact(ExportedArtifact):
+    """An artifact run on real inputs and compared with its quantized PyTorch source (`export(verify_on=...)`)."""
+
+    verification: Verification
+
+    @property
+    def accepted(self) -> bool:
+        return self.verification.passed
 
 
 def content_key(module: nn.Module, recipe: str, example_inputs: tuple[torch.Tensor, ...]) -> str:
@@ -52,19 +64,34 @@ def export(
     cache_dir: Path | None = None,
     cache_key: str | None = None,
     calibration: Sequence[tuple[torch.Tensor, ...]] | None = None,
+    *,
+    verify_on: Sequence[tuple[torch.Tensor, ...]] | None = None,
+    name: str | None = None,
+    keep_rejected: bool = False,
 ) -> ExportedArtifact:
-    """Quantize `module` by `recipe`, lower it for the recipe's runtime and write it to `path`.
+    """Quantize `module` by `recipe`, lower it for the recipe's runtime and write it to `path`: the export stage.
 
     With `cache_dir` and `cache_key` (see `content_key`), an identical earlier export is reused.
     `calibration`: real inputs for calibrated recipes (`Recipe.calibrated`); include the calibration data's
     identity in `cache_key` when it can change for the same weights.
+    With `verify_on` (real inputs, as the artifact takes them) the artifact is run on each and compared with the
+    quantized module, and a `VerifiedArtifact` is returned; one outside the recipe's tolerance is removed and
+    raises VerificationError (`name` says which artifact), unless `keep_rejected`, which keeps and returns it
+    (`accepted` False) for a measurement that wants rejected recipes too.
     """
     recipe = RECIPES.get(recipe) if isinstance(recipe, str) else recipe
     suffix = RUNTIMES.get(recipe.runtime).suffix
     cache_hit = cache_dir is not None and cache_key is not None and (Path(cache_dir) / f"{cache_key}{suffix}").exists()
-    # a cache hit needs no quantized module; calibrating one costs a pass over every calibration input
-    prepared = module if cache_hit else recipe.apply(module, calibration)
-    return export_prepared(prepared, example_inputs, path, recipe, cache_dir, cache_key)
+    # a cache hit needs no quantized module, unless it is verified; calibrating costs a pass over every input
+    prepared = module if cache_hit and verify_on is None else recipe.apply(module, calibration)
+    artifact = export_prepared(prepared, example_inputs, path, recipe, cache_dir, cache_key)
+    if verify_on is None:
+        return artifact
+    verification = compare_artifact(prepared, load_artifact(artifact.path), verify_on, recipe.min_cosine)
+    if not verification.passed and not keep_rejected:
+        artifact.path.unlink(missing_ok=True)  # a rejected artifact is not left looking like a good one
+        raise rejection(verification, name or str(path))
+    return VerifiedArtifact(**vars(artifact), verification=verification)
 
 
 def export_prepared(

@@ -22,14 +22,13 @@ class Verification:
         return self.min_cosine >= self.tolerance_cosine
 
 
-def verify_artifact(
+def compare_artifact(
     source: nn.Module,
     run_artifact: Callable[..., Sequence[torch.Tensor]],
     inputs: Sequence[tuple[torch.Tensor, ...]],
     tolerance_cosine: float,
-    name: str = "artifact",
 ) -> Verification:
-    """Compare every output of the runtime with PyTorch; raise VerificationError outside tolerance."""
+    """Every output of the runtime against PyTorch on every input: the worst cosine and absolute error."""
     min_cosine, max_error = 1.0, 0.0
     with torch.no_grad():
         for args in inputs:
@@ -40,10 +39,24 @@ def verify_artifact(
                 want, got = want.float().flatten(), got.float().flatten()
                 min_cosine = min(min_cosine, F.cosine_similarity(want, got, dim=0).item())
                 max_error = max(max_error, (want - got).abs().max().item())
-    result = Verification(len(inputs), min_cosine, max_error, tolerance_cosine)
+    return Verification(len(inputs), min_cosine, max_error, tolerance_cosine)
+
+
+def rejection(result: Verification, name: str) -> VerificationError:
+    return VerificationError(
+        f"{name} disagrees with its PyTorch source on {result.num_inputs} real inputs: cosine "
+        f"{result.min_cosine:.6f} < {result.tolerance_cosine} required (max abs error {result.max_abs_error:.3g})")
+
+
+def verify_artifact(
+    source: nn.Module,
+    run_artifact: Callable[..., Sequence[torch.Tensor]],
+    inputs: Sequence[tuple[torch.Tensor, ...]],
+    tolerance_cosine: float,
+    name: str = "artifact",
+) -> Verification:
+    """Compare every output of the runtime with PyTorch; raise VerificationError outside tolerance."""
+    result = compare_artifact(source, run_artifact, inputs, tolerance_cosine)
     if not result.passed:
-        raise VerificationError(
-            f"{name} disagrees with its PyTorch source on {len(inputs)} real inputs: cosine {min_cosine:.6f} "
-            f"< {tolerance_cosine} required (max abs error {max_error:.3g})"
-        )
+        raise rejection(result, name)
     return result

@@ -21,7 +21,7 @@ from edgeprune.bench.benchmark import benchmark_on
 from edgeprune.devices import DeviceProfile
 from edgeprune.devices.transports.base import Transport
 from edgeprune.errors import UserInputError
-from edgeprune.export import RUNTIMES, content_key, export_prepared, load_artifact, verify_artifact
+from edgeprune.export import RUNTIMES, content_key, export, load_artifact
 from edgeprune.importance import HeadScores
 from edgeprune.models import adapter_for
 from edgeprune.progress import Progress
@@ -307,15 +307,13 @@ class CandidateBuilder:
         if recipe.calibrated:  # real calibration inputs, as the artifact takes them
             calibration = [self.remap(i, trimmed) for i in self.task.example_inputs("calibration",
                                                                                     CALIBRATION_EXAMPLES)]
-        quantized = recipe.apply(model, calibration)
-        exported = export_prepared(quantized, example, self.work / file_name, recipe,
-                                   cache_dir=self.task.cache_dir / "exports", cache_key=key)
+        exported = export(model, example, self.work / file_name, recipe, self.task.cache_dir / "exports", key,
+                          calibration, verify_on=[self.remap(i, trimmed) for i in self.verify_inputs],
+                          name=f"{label} ({recipe.name})")
         if not baseline:  # the baseline's full vocabulary would miscalibrate the candidates' overhead
             self.size_model.observe(model, recipe, exported.size_bytes)
             self._size_observed.add((recipe.name, shape))
-        program = load_artifact(exported.path)
-        verification = verify_artifact(quantized, program, [self.remap(i, trimmed) for i in self.verify_inputs],
-                                       recipe.min_cosine, name=f"{label} ({recipe.name})")
+        verification = exported.verification
         self.progress.note(
             f"  {exported.size_bytes / 1e6:.2f} MB (predicted {predicted / 1e6:.2f}), "
             f"{'cached' if exported.cached else f'exported in {exported.export_seconds:.0f} s'}, "
