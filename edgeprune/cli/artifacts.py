@@ -16,6 +16,7 @@ from edgeprune.cli.common import (
 )
 from edgeprune.cli.devices import add_connection_arguments, endpoint_from
 from edgeprune.errors import UserInputError
+from edgeprune.export import RUNTIMES
 
 if TYPE_CHECKING:
     from edgeprune.quantize import Recipe
@@ -32,7 +33,7 @@ def add_parsers(verbs: argparse._SubParsersAction) -> None:
 
     export = verbs.add_parser("export", help="export the task's model for a runtime, verified against PyTorch")
     add_task_arguments(export)
-    export.add_argument("--runtime", choices=["executorch", "litert"], default="executorch")
+    export.add_argument("--runtime", choices=RUNTIMES.names(), default="executorch")
     export.add_argument("--recipe", help="quantization recipe (default: the runtime's fp32)")
     export.add_argument("--out", type=Path, required=True, help="artifact file (.pte or .tflite)")
     export.set_defaults(run=run_export)
@@ -44,7 +45,7 @@ def add_parsers(verbs: argparse._SubParsersAction) -> None:
     add_task_arguments(bench)
     bench.add_argument("artifact", type=Path)
     bench.add_argument("--device", default="host", help="a device profile: its runtime, threads and connection")
-    bench.add_argument("--runtime", choices=["executorch", "litert"], help="default: from the file type")
+    bench.add_argument("--runtime", choices=RUNTIMES.names(), help="default: from the file type")
     bench.add_argument("--threads", type=int, help="default: the device profile's")
     bench.add_argument("--runs", type=int, default=30)
     bench.add_argument("--warmup", type=int, default=5)
@@ -91,7 +92,7 @@ def _calibration(task: "Task", recipe: "Recipe") -> list | None:
 
 
 def run_export(args: argparse.Namespace) -> int:
-    from edgeprune.export import RUNTIMES, export, load_artifact
+    from edgeprune.export import export, load_artifact
     from edgeprune.quantize import FP32_RECIPE, recipe_for_runtime
     from edgeprune.serialization import write_json_atomic
 

@@ -18,6 +18,8 @@ from edgeprune.cli.common import (
 )
 from edgeprune.cli.devices import add_connection_arguments, endpoint_from
 from edgeprune.errors import UserInputError
+from edgeprune.export import RUNTIMES
+from edgeprune.quantize import RECIPES
 
 
 def add_parsers(verbs: argparse._SubParsersAction) -> None:
@@ -38,9 +40,9 @@ def add_parsers(verbs: argparse._SubParsersAction) -> None:
     add_task_arguments(fit)
     fit.add_argument("--out", type=Path, help="output folder (default: a new folder under runs/)")
     fit.add_argument("--resume", type=Path, metavar="DIR", help="continue an interrupted fit into DIR")
-    fit.add_argument("--runtime", choices=["executorch", "litert"], help="default: the device profile's runtime")
-    fit.add_argument("--recipe", action="append", help="quantization recipe to use (repeat for a ladder; "
-                     "default: the runtime's ladder, highest fidelity first)")
+    fit.add_argument("--runtime", choices=RUNTIMES.names(), help="default: the device profile's runtime")
+    fit.add_argument("--recipe", action="append", help="quantization recipe to use (repeat for a ladder; default: "
+                     f"the runtime's ladder, highest fidelity first): {', '.join(RECIPES.names())}")
     vocabulary = fit.add_mutually_exclusive_group()
     vocabulary.add_argument("--trim-vocab", dest="trim_vocab", action="store_const", const=True,
                             help="always keep only the embedding rows of tokens the task's data uses (ships "

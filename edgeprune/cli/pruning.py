@@ -14,6 +14,7 @@ from edgeprune.cli.common import (
     task_from,
 )
 from edgeprune.errors import UserInputError
+from edgeprune.pruning import STRATEGIES
 
 
 def add_parsers(verbs: argparse._SubParsersAction) -> None:
@@ -28,7 +29,8 @@ def add_parsers(verbs: argparse._SubParsersAction) -> None:
     source = prune.add_mutually_exclusive_group(required=True)
     source.add_argument("--scores", type=Path, help="scores JSON written by `edgeprune score`")
     source.add_argument("--plan", type=Path, help="a plan JSON to apply as it is")
-    prune.add_argument("--strategy", default="global-topk", choices=["global-topk", "per-layer", "threshold"])
+    prune.add_argument("--strategy", default="global-topk", choices=STRATEGIES.names(),
+                       help="how scores become a plan (default: global-topk)")
     prune.add_argument("--remove", type=int, help="global-topk: heads to remove in all")
     prune.add_argument("--remove-per-layer", type=int, help="per-layer: heads to remove from each layer")
     prune.add_argument("--threshold", type=finite, help="threshold: remove heads scoring below this")
@@ -65,7 +67,7 @@ def run_score(args: argparse.Namespace) -> int:
 def run_prune(args: argparse.Namespace) -> int:
     from edgeprune.importance import HeadScores
     from edgeprune.models.io import load, save
-    from edgeprune.pruning import Constraints, PruningPlan, apply_plan, plan_global_topk, plan_per_layer, plan_threshold
+    from edgeprune.pruning import Constraints, PruningPlan, SelectionAmount, apply_plan, plan_heads
     from edgeprune.serialization import write_json_atomic
     from edgeprune.tasks import minilm_model_path
     from edgeprune.tasks.compatibility import check_model_folder
@@ -88,17 +90,8 @@ def run_prune(args: argparse.Namespace) -> int:
         scores = parse_json(HeadScores.from_dict, read_json(args.scores, "scores"), args.scores)
         if not args.no_normalize:
             scores = scores.normalize_per_layer()
-        constraints = Constraints(args.min_heads_per_layer, args.heads_multiple)
-        if args.strategy == "global-topk":
-            if args.remove is None:
-                raise UserInputError("global-topk needs --remove N (heads to remove in all)")
-            plan = plan_global_topk(scores, args.remove, constraints=constraints)
-        elif args.strategy == "per-layer":
-            if args.remove_per_layer is None:
-                raise UserInputError("per-layer needs --remove-per-layer K")
-            plan = plan_per_layer(scores, args.remove_per_layer, constraints)
-        else:
-            plan = plan_threshold(scores, args.threshold, args.quantile, constraints)
+        amount = SelectionAmount(args.remove, args.remove_per_layer, args.threshold, args.quantile)
+        plan = plan_heads(args.strategy, scores, amount, Constraints(args.min_heads_per_layer, args.heads_multiple))
     model = apply_plan(load(model_path), plan)
     write_json_atomic(args.plan_out or args.out / "plan.json", plan.to_dict())
     save(model, args.out)

@@ -9,6 +9,7 @@ from edgeprune.importance.base import HeadScores
 from edgeprune.pruning.constraints import Constraints
 from edgeprune.pruning.plan import PruningPlan
 from edgeprune.pruning.selection import keep_top, present_heads
+from edgeprune.pruning.strategies import SelectionAmount, register_strategy
 
 
 def plan_global_topk(scores: HeadScores, remove: int, min_heads_per_layer: int = 1,
@@ -34,3 +35,8 @@ def plan_global_topk(scores: HeadScores, remove: int, min_heads_per_layer: int =
             keep_counts[layer] -= 1
             removed += 1
     return keep_top(scores, keep_counts, constraints, "global-topk")
+
+
+@register_strategy("global-topk", ("remove",), "heads to remove in all")
+def select_global_topk(scores: HeadScores, amount: SelectionAmount, constraints: Constraints) -> PruningPlan:
+    return plan_global_topk(scores, amount.remove, constraints=constraints)

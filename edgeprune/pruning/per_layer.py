@@ -5,6 +5,7 @@ from edgeprune.importance.base import HeadScores
 from edgeprune.pruning.constraints import Constraints
 from edgeprune.pruning.plan import PruningPlan
 from edgeprune.pruning.selection import keep_top, present_heads
+from edgeprune.pruning.strategies import SelectionAmount, register_strategy
 
 
 def plan_per_layer(scores: HeadScores, remove_per_layer: int | list[int],
@@ -20,3 +21,8 @@ def plan_per_layer(scores: HeadScores, remove_per_layer: int | list[int],
             raise UserInputError(f"layer {layer}: can remove 0..{len(present) - constraints.min_heads_per_layer} "
                                  f"of its {len(present)} heads, asked {count}")
     return keep_top(scores, [len(p) - c for p, c in zip(heads, counts, strict=True)], constraints, "per-layer")
+
+
+@register_strategy("per-layer", ("remove_per_layer",), "heads to remove from each layer")
+def select_per_layer(scores: HeadScores, amount: SelectionAmount, constraints: Constraints) -> PruningPlan:
+    return plan_per_layer(scores, amount.remove_per_layer, constraints)

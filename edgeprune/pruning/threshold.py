@@ -7,6 +7,7 @@ from edgeprune.importance.base import HeadScores
 from edgeprune.pruning.constraints import Constraints
 from edgeprune.pruning.plan import PruningPlan
 from edgeprune.pruning.selection import keep_top, present_heads
+from edgeprune.pruning.strategies import SelectionAmount, register_strategy
 
 
 def plan_threshold(scores: HeadScores, threshold: float | None = None, quantile: float | None = None,
@@ -26,3 +27,8 @@ def plan_threshold(scores: HeadScores, threshold: float | None = None, quantile:
                    for layer, heads in enumerate(present_heads(scores))]
     label = f"threshold({threshold:.6g})" if quantile is None else f"threshold(quantile={quantile})"
     return keep_top(scores, keep_counts, constraints, label)
+
+
+@register_strategy("threshold", ("threshold", "quantile"), "an absolute score, or a quantile 0..1 of the scores")
+def select_threshold(scores: HeadScores, amount: SelectionAmount, constraints: Constraints) -> PruningPlan:
+    return plan_threshold(scores, amount.threshold, amount.quantile, constraints)
