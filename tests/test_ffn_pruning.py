@@ -103,13 +103,11 @@ def test_errors_are_clear():
         remove_neurons(model, {0: list(range(64))})
     with pytest.raises(UserInputError, match="unknown neuron criterion"):
         score_neurons(model, criterion="taylor")
-    from transformers import DistilBertConfig, DistilBertModel
-
-    from edgeprune.models.distilbert import DistilBertAdapter  # noqa: F401 - registered family without the pair
-
-    distil = DistilBertModel(DistilBertConfig(vocab_size=100, dim=32, n_layers=1, n_heads=4, hidden_dim=64))
-    with pytest.raises(UserInputError, match="BERT-like layers"):
-        remove_neurons(distil, {0: [0]})
+    with pytest.raises(UserInputError, match="layer 3 does not exist; the model has layers 0..2"):
+        remove_neurons(model, {3: [0]})
+    bare = torch.nn.Sequential(torch.nn.MultiheadAttention(32, 4))  # attention without any feed-forward block
+    with pytest.raises(UserInputError, match=r"^layer 0 \(MultiheadAttention\) has no feed-forward block"):
+        remove_neurons(bare, {0: [0]})
 
 
 def test_equal_width_removal_saves_and_loads_with_edgeprune(tmp_path):

@@ -1,8 +1,8 @@
 """Every adapter family saves and loads again after real pruning: heads removed unevenly across layers, a layer
-removed, FFN widths cut where the family supports it. Loaded two ways: rebuilt by `load` alone (transformers
-models) and cut from a fresh, unpruned module passed as `model=` (every family). Outputs, parameter counts
-and the structure record must equal those of the pruned model. A removal a family does not support is named
-in the test id and asserted to be refused, not skipped."""
+removed, FFN widths cut unevenly (every family with feed-forward blocks). Loaded two ways: rebuilt by `load`
+alone (transformers models) and cut from a fresh, unpruned module passed as `model=` (every family). Outputs,
+parameter counts and the structure record must equal those of the pruned model. A removal a family does not
+support is named in the test id and asserted to be refused, not skipped."""
 
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -16,7 +16,7 @@ from edgeprune.errors import UserInputError
 from edgeprune.models import adapter_for
 from edgeprune.models.classifier import EncoderClassifier, EncoderEmbedder, ImageClassifier
 from edgeprune.models.structure import structure_of
-from edgeprune.pruning.ffn import remove_neurons
+from edgeprune.pruning.ffn import intermediate_sizes, remove_neurons
 
 VOCAB = 200
 
@@ -113,8 +113,9 @@ class Family:
     run: Callable[[nn.Module], list[torch.Tensor]]
     heads: dict[int, list[int]]  # dense heads removed per layer (before the layer removal)
     layers: list[int] | None  # layers removed afterwards; None: the family cannot remove these layers
-    ffn: dict[int, list[int]] | None  # FFN neurons removed (after the layer removal); None: not supported
+    ffn: dict[int, list[int]] | None  # FFN neurons removed (after the layer removal); None: the model has no FFN
     transformers: bool = True  # load can rebuild it from its config alone
+    ffn_width: int = 64  # dense FFN width of every layer
 
 
 HEADS = {0: [0], 1: [1, 2], 2: [3], 3: [0, 1, 3]}  # 4 layers of 4 heads: 3, 2, 3, 1 remain
@@ -154,13 +155,13 @@ FAMILIES = {
     "bert-pooler": Family(_bert, _text, HEADS, [1], FFN),
     "bert-no-pooler": Family(lambda seed: _bert(seed, pooler=False), _text, HEADS, [1], FFN),
     "roberta": Family(_roberta, _roberta_run, HEADS, [1], FFN),
-    "distilbert(ffn-unsupported)": Family(_distilbert, _text, HEADS, [1], None),
-    "vit-pooler(ffn-unsupported)": Family(_vit, _image, HEADS, [1], None),
-    "vit-no-pooler(ffn-unsupported)": Family(lambda seed: _vit(seed, pooler=False), _image, HEADS, [1], None),
-    "llama-gqa": Family(lambda seed: _decoder(seed, "llama"), _logits, GQA_HEADS, [1], GQA_FFN),
-    "qwen2-gqa": Family(lambda seed: _decoder(seed, "qwen2"), _logits, GQA_HEADS, [1], GQA_FFN),
-    "mha-encoder(ffn-unsupported)": Family(_mha_encoder, _mha_run, HEADS, [1], None, transformers=False),
-    "mha-bare(ffn-and-layers-unsupported)": Family(BareAttention, _bare_run, {0: [1], 1: [0, 2, 3]}, None, None,
+    "distilbert": Family(_distilbert, _text, HEADS, [1], FFN),
+    "vit-pooler": Family(_vit, _image, HEADS, [1], FFN),
+    "vit-no-pooler": Family(lambda seed: _vit(seed, pooler=False), _image, HEADS, [1], FFN),
+    "llama-gqa": Family(lambda seed: _decoder(seed, "llama"), _logits, GQA_HEADS, [1], GQA_FFN, ffn_width=96),
+    "qwen2-gqa": Family(lambda seed: _decoder(seed, "qwen2"), _logits, GQA_HEADS, [1], GQA_FFN, ffn_width=96),
+    "mha-encoder": Family(_mha_encoder, _mha_run, HEADS, [1], FFN, transformers=False),
+    "mha-bare(no-ffn-and-layers-unsupported)": Family(BareAttention, _bare_run, {0: [1], 1: [0, 2, 3]}, None, None,
                                                    transformers=False),
 }
 
@@ -174,10 +175,11 @@ def _prune(family: Family) -> nn.Module:
     else:
         adapter.remove_layers(model, family.layers)
     if family.ffn is None:
-        with pytest.raises(UserInputError, match="FFN neuron removal supports"):
+        with pytest.raises(UserInputError, match="has no feed-forward block where the mha adapter looks"):
             remove_neurons(model, {0: [0]})
     else:
         remove_neurons(model, family.ffn)
+        assert intermediate_sizes(model) == [family.ffn_width - len(family.ffn.get(i, [])) for i in range(3)]
     return model
 
 
@@ -219,7 +221,7 @@ def test_cut_from_a_fresh_module(name, tmp_path):
     _assert_same(again, model, family)
 
 
-@pytest.mark.parametrize("name", ["bert-no-pooler", "llama-gqa", "mha-encoder(ffn-unsupported)"])
+@pytest.mark.parametrize("name", ["bert-no-pooler", "distilbert", "llama-gqa", "mha-encoder"])
 def test_saving_a_loaded_model_again_keeps_the_record_of_removed_layers(name, tmp_path):
     family = FAMILIES[name]
     model = _prune(family)
@@ -248,8 +250,7 @@ WRAPPED = {
 def test_edgeprune_wrappers_round_trip_with_their_heads(name, route, tmp_path):
     build, run = WRAPPED[name]
     model = edgeprune.prune_heads(build(0), HEADS)
-    if name != "image-classifier":  # ViT has no FFN neuron removal
-        remove_neurons(model, {3: [0, 1, 2]})
+    remove_neurons(model, {3: [0, 1, 2]})
     edgeprune.save(model, tmp_path / "saved")
     again = edgeprune.load(tmp_path / "saved", model=build(1) if route == "fresh" else None)
     assert type(again) is type(model)

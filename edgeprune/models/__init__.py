@@ -3,7 +3,7 @@
 from torch import nn
 
 from edgeprune.errors import UserInputError
-from edgeprune.models.base import AttentionBlock, ModelAdapter
+from edgeprune.models.base import AttentionBlock, FeedForward, FeedForwardLayout, ModelAdapter, NoFeedForwardError
 from edgeprune.models.bert import BertAdapter
 from edgeprune.models.distilbert import DistilBertAdapter
 from edgeprune.models.llama import LlamaAdapter
@@ -31,4 +31,5 @@ def adapter_for(model: nn.Module) -> ModelAdapter:
     )
 
 
-__all__ = ["ADAPTERS", "AttentionBlock", "ModelAdapter", "adapter_for"]
+__all__ = ["ADAPTERS", "AttentionBlock", "FeedForward", "FeedForwardLayout", "ModelAdapter", "NoFeedForwardError",
+           "adapter_for"]

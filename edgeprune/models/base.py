@@ -1,8 +1,8 @@
 """The interface every architecture adapter implements.
 
 An adapter knows one family's layout. Criteria and surgery only use these methods, so a new family
-is one new file: list the blocks, expose each head's output and attention probabilities through
-hooks, and slice real weights.
+is one new file: list the blocks and feed-forwards, expose each head's output and attention probabilities
+through hooks, and slice real weights.
 """
 
 from abc import ABC, abstractmethod
@@ -13,15 +13,23 @@ from dataclasses import dataclass
 import torch
 from torch import nn
 
+from edgeprune.errors import UserInputError
+
 # config attribute recording, per layer, which of the dense model's heads remain (saved in config.json)
 KEPT_HEADS_CONFIG_KEY = "edgeprune_kept_heads"
 # attribute of an nn.ModuleList of layers once some were removed: (its dense layer count, dense positions kept)
 KEPT_LAYERS_ATTRIBUTE = "edgeprune_kept_layers"
+# config attribute holding each layer's FFN width when they differ (saved in config.json)
+INTERMEDIATE_SIZES_CONFIG_KEY = "edgeprune_intermediate_sizes"
+# attribute of a feed-forward block's owner once neurons were cut from it: its width in the dense model
+DENSE_FFN_WIDTH_ATTRIBUTE = "edgeprune_dense_ffn_width"
 
 # fn(layer, per-head context [batch, tokens, heads, head_size]) -> the context to use instead
 HeadOutputFn = Callable[[int, torch.Tensor], torch.Tensor]
 # fn(layer, attention probabilities [batch, heads, query tokens, key tokens])
 AttentionProbsFn = Callable[[int, torch.Tensor], None]
+# fn(layer, FFN activations [..., neurons], the output projection's input) -> the activations to use instead
+FeedForwardFn = Callable[[int, torch.Tensor], torch.Tensor]
 
 
 @dataclass(frozen=True)
@@ -36,6 +44,76 @@ class AttentionBlock:
     dense_heads: int = 0  # query heads of this layer in the dense model (0: unknown, see dense_head_count)
 
 
+class NoFeedForwardError(UserInputError):
+    """The model (or one of its layers) has no feed-forward block its adapter can cut neurons from."""
+
+
+@dataclass(frozen=True)
+class FeedForward:
+    """One layer's feed-forward block as it is now. Neuron j is row j (weight and bias) of every input projection
+    and column j of the output projection; everything between them acts element-wise, so slicing those rows and
+    that column removes exactly neuron j's contribution."""
+
+    inputs: tuple[nn.Linear, ...]  # (up,), or (gate, up) for a gated MLP: output(activation(gate(x)) * up(x))
+    activation: Callable[[torch.Tensor], torch.Tensor]  # applied to the first input projection's output
+    output: nn.Linear  # reads the activations, [..., width] -> hidden size
+    owner: nn.Module  # the module holding the parts
+    width_attribute: str | None = None  # attribute of `owner` stating the width (a gated MLP's intermediate_size)
+
+    @property
+    def width(self) -> int:
+        return self.output.in_features
+
+    @property
+    def dense_width(self) -> int:
+        """The width this block had in the dense model (its width now when no neuron was cut)."""
+        return int(getattr(self.owner, DENSE_FFN_WIDTH_ATTRIBUTE, self.width))
+
+    def record_dense_width(self, width: int) -> None:
+        """Note on the owner the width this block had in the dense model (edgeprune.save writes it)."""
+        setattr(self.owner, DENSE_FFN_WIDTH_ATTRIBUTE, int(width))
+
+    def activations(self, hidden: torch.Tensor) -> torch.Tensor:
+        """What the output projection reads for `hidden` (the layer's FFN input), computed from the parts."""
+        values = self.activation(self.inputs[0](hidden))
+        for linear in self.inputs[1:]:
+            values = values * linear(hidden)
+        return values
+
+
+@dataclass(frozen=True)
+class FeedForwardLayout:
+    """Dotted paths from one transformer layer to its feed-forward parts ("" is the layer itself)."""
+
+    inputs: tuple[str, ...]
+    activation: str
+    output: str
+    owner: str = ""
+    width_attribute: str | None = None
+
+    def find(self, layer: nn.Module, index: int, family: str) -> FeedForward:
+        """The parts of `layer` (position `index`); NoFeedForwardError where they are not there."""
+        parts = [_attribute(layer, path) for path in (*self.inputs, self.output)]
+        activation = _attribute(layer, self.activation)
+        owner = _attribute(layer, self.owner)
+        if not all(isinstance(p, nn.Linear) for p in parts) or not callable(activation) or owner is None:
+            paths = ", ".join((*self.inputs, self.activation, self.output))
+            raise NoFeedForwardError(f"layer {index} ({type(layer).__name__}) has no feed-forward block where the "
+                                     f"{family} adapter looks ({paths}), so its FFN neurons cannot be removed")
+        *inputs, output = parts
+        for linear in inputs:
+            if linear.out_features != output.in_features:
+                raise UserInputError(f"layer {index}: an FFN input projection has {linear.out_features} outputs but "
+                                     f"the output projection takes {output.in_features} inputs")
+        return FeedForward(tuple(inputs), activation, output, owner, self.width_attribute)
+
+
+def _attribute(root: object, path: str) -> object | None:
+    for part in filter(None, path.split(".")):
+        root = getattr(root, part, None)
+    return root
+
+
 def dense_head_count(blocks: list[AttentionBlock]) -> int:
     """Width of a [layers, heads] score array indexed by dense heads."""
     return max(max(b.dense_heads, max(b.original_heads) + 1) for b in blocks)
@@ -45,6 +123,7 @@ class ModelAdapter(ABC):
     """Knows one architecture family: where its heads are and how to cut them out for real."""
 
     family: str = ""
+    ffn_width_config: str | None = "intermediate_size"  # config attribute holding the FFN width (None: no config)
 
     @classmethod
     @abstractmethod
@@ -58,6 +137,38 @@ class ModelAdapter(ABC):
     @abstractmethod
     def layer_modules(self, model: nn.Module) -> list[nn.Module]:
         """The transformer layers in order; each maps hidden states to hidden states."""
+
+    @abstractmethod
+    def feed_forwards(self, model: nn.Module) -> list[FeedForward]:
+        """Each layer's feed-forward block, in the order of `layer_modules` (FFN layer i is layer i); a
+        NoFeedForwardError that names the layer where one has none."""
+
+    def feed_forward_hook(self, model: nn.Module, fn: FeedForwardFn) -> AbstractContextManager[None]:
+        """Context in which every layer's FFN activations pass through `fn` before the output projection
+        (statistics and mean replacement build on this). Families whose fast paths would skip the hooks, or hand
+        them something other than plain tensors, override it to turn those paths off meanwhile."""
+        handles = []
+        for index, block in enumerate(self.feed_forwards(model)):
+            def replace(_module: nn.Module, args: tuple, index: int = index) -> tuple:
+                (values, *rest) = args
+                return (fn(index, values), *rest)
+
+            handles.append(block.output.register_forward_pre_hook(replace))
+        return hooks_removed_after(handles)
+
+    def record_ffn_widths(self, model: nn.Module, widths: list[int]) -> None:
+        """Keep the config true about FFN widths: `ffn_width_config` is the width when every layer has the same
+        one; otherwise it is the widest and the per-layer widths are recorded under INTERMEDIATE_SIZES_CONFIG_KEY."""
+        config = find_config(model)
+        if config is None or self.ffn_width_config is None or not widths:
+            return
+        if len(set(widths)) == 1:
+            setattr(config, self.ffn_width_config, widths[0])
+            if hasattr(config, INTERMEDIATE_SIZES_CONFIG_KEY):
+                delattr(config, INTERMEDIATE_SIZES_CONFIG_KEY)
+        else:
+            setattr(config, self.ffn_width_config, max(widths))
+            setattr(config, INTERMEDIATE_SIZES_CONFIG_KEY, list(widths))
 
     @abstractmethod
     def head_output_hook(self, model: nn.Module, fn: HeadOutputFn) -> AbstractContextManager[None]:

@@ -1,9 +1,11 @@
 """BERT-like encoders (BERT, MiniLM, RoBERTa): `layer.attention.self.{query,key,value}` and
 `layer.attention.output.dense`. transformers 5 reshapes with `view(..., -1, head_size)`, so sliced
-projections run as they are once `num_attention_heads` and `all_head_size` are updated."""
+projections run as they are once `num_attention_heads` and `all_head_size` are updated. The FFN is
+`layer.intermediate.dense`, its activation, then `layer.output.dense`."""
 
 from torch import nn
 
+from edgeprune.models.base import FeedForwardLayout
 from edgeprune.models.separate_projections import ProjectionLayout, SeparateProjectionsAdapter
 
 
@@ -14,6 +16,8 @@ class BertAdapter(SeparateProjectionsAdapter):
         value="attention.self.value", output="attention.output.dense",
         heads_attr="num_attention_heads", size_attr="attention_head_size",
     )
+    ffn_layout = FeedForwardLayout(inputs=("intermediate.dense",), activation="intermediate.intermediate_act_fn",
+                                   output="output.dense")
 
     @staticmethod
     def is_layer(module: nn.Module) -> bool:

@@ -1,11 +1,13 @@
 """DistilBERT: one attention module per block with q_lin/k_lin/v_lin/out_lin linears.
 
 Its forward reshapes by `attention_head_size`, so only `n_heads` changes; `dim` stays the hidden size
-the block maps to and from.
+the block maps to and from. The FFN is `ffn.lin1`, `ffn.activation`, `ffn.lin2`; its width is the config's
+`hidden_dim`.
 """
 
 from torch import nn
 
+from edgeprune.models.base import FeedForwardLayout
 from edgeprune.models.separate_projections import ProjectionLayout, SeparateProjectionsAdapter
 
 
@@ -16,6 +18,8 @@ class DistilBertAdapter(SeparateProjectionsAdapter):
         output="attention.out_lin", heads_attr="n_heads", size_attr="attention_head_size",
         dense_heads_config="n_heads",
     )
+    ffn_layout = FeedForwardLayout(inputs=("ffn.lin1",), activation="ffn.activation", output="ffn.lin2", owner="ffn")
+    ffn_width_config = "hidden_dim"
 
     @staticmethod
     def is_layer(module: nn.Module) -> bool:

@@ -27,7 +27,7 @@ import torch
 from torch import nn
 
 from edgeprune.errors import UserInputError
-from edgeprune.models.base import KEPT_HEADS_CONFIG_KEY
+from edgeprune.models.base import INTERMEDIATE_SIZES_CONFIG_KEY, KEPT_HEADS_CONFIG_KEY
 from edgeprune.models.classifier import (
     CausalLMLogits,
     EncoderClassifier,
@@ -36,7 +36,6 @@ from edgeprune.models.classifier import (
     SequenceClassifier,
 )
 from edgeprune.models.structure import Structure, apply_structure, structure_of
-from edgeprune.pruning.ffn import INTERMEDIATE_SIZES_CONFIG_KEY
 
 MANIFEST_NAME = "edgeprune.json"
 WEIGHTS_NAME = "model.safetensors"
@@ -264,10 +263,7 @@ def _load_transformers(directory: Path, dtype: torch.dtype, structure: Structure
         model_cls = getattr(transformers, architectures[0], None) if architectures else None
         if model_cls is None:
             raise UserInputError(f"{directory}/config.json names no known architecture ({architectures})")
-        dense_config = copy.deepcopy(config)
-        for key in (KEPT_HEADS_CONFIG_KEY, INTERMEDIATE_SIZES_CONFIG_KEY):
-            if hasattr(dense_config, key):
-                delattr(dense_config, key)
+        dense_config = _dense_config(config, structure)
         model = model_cls(dense_config, **construction_options(model_cls, set(state))).to(dtype)
     elif not isinstance(model, PreTrainedModel):
         raise UserInputError(f"{directory} holds a transformers model ({', '.join(architectures)}), but the given "
@@ -285,6 +281,22 @@ def _load_transformers(directory: Path, dtype: torch.dtype, structure: Structure
     if hasattr(model, "tie_weights"):
         model.tie_weights()
     return model.eval()
+
+
+def _dense_config(config: Any, structure: Structure | None) -> Any:
+    """`config` without edgeprune's records, its FFN width the dense model's where the structure knows it, so the
+    model built from it is the dense one that the structure is cut from."""
+    from edgeprune.models import ADAPTERS
+
+    dense_config = copy.deepcopy(config)
+    for key in (KEPT_HEADS_CONFIG_KEY, INTERMEDIATE_SIZES_CONFIG_KEY):
+        if hasattr(dense_config, key):
+            delattr(dense_config, key)
+    if structure is not None and structure.ffn_dense_widths and structure.family in ADAPTERS:
+        width_config = ADAPTERS.get(structure.family).ffn_width_config
+        if width_config is not None and hasattr(dense_config, width_config):
+            setattr(dense_config, width_config, max(structure.ffn_dense_widths))
+    return dense_config
 
 
 def _structure_from_config(model: nn.Module, config: Any) -> Structure | None:
@@ -356,10 +368,11 @@ def _load_wrapper(directory: Path, dtype: torch.dtype, structure: Structure | No
 
 def _refresh_ffn_record(model: nn.Module) -> None:
     """Make the config's FFN widths true before writing it (layer removal does not update that record)."""
-    from edgeprune.pruning.ffn import intermediate_sizes, record_sizes
+    from edgeprune.models import adapter_for
 
     try:
-        sizes = intermediate_sizes(model)
-    except UserInputError:  # a family without FFN neuron removal (or no adapter): nothing to record
+        adapter = adapter_for(model)
+        widths = [block.width for block in adapter.feed_forwards(model)]
+    except UserInputError:  # no adapter, or no feed-forward blocks: nothing to record
         return
-    record_sizes(model, sizes)
+    adapter.record_ffn_widths(model, widths)

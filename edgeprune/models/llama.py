@@ -7,6 +7,7 @@ query heads) or as the same number of query heads from every group. A combinatio
 groups plus the same number from every other group) is what two such steps leave, so it is accepted too:
 that is how `edgeprune.load` rebuilds a model pruned in several steps from its kept query heads alone.
 A KV head goes exactly when all its query heads go, so the kept query heads determine the kept KV heads.
+The FFN is a gated MLP: `mlp.down_proj(mlp.act_fn(mlp.gate_proj(x)) * mlp.up_proj(x))`.
 """
 
 from collections.abc import Sequence
@@ -19,6 +20,8 @@ from torch import nn
 from edgeprune.models.base import (
     AttentionBlock,
     AttentionProbsFn,
+    FeedForward,
+    FeedForwardLayout,
     HeadOutputFn,
     ModelAdapter,
     capture_attention_probs,
@@ -35,6 +38,9 @@ _PROJECTIONS = ("q_proj", "k_proj", "v_proj", "o_proj")
 # config attribute listing the layers whose o_proj carries a bias the family's config cannot express (added
 # by bias compensation); `remove_heads` recreates it, so `edgeprune.load` rebuilds the same architecture
 OUTPUT_BIAS_CONFIG_KEY = "edgeprune_output_bias_layers"
+# the MLP keeps its own width in `intermediate_size`
+_GATED_MLP = FeedForwardLayout(inputs=("mlp.gate_proj", "mlp.up_proj"), activation="mlp.act_fn",
+                               output="mlp.down_proj", owner="mlp", width_attribute="intermediate_size")
 _ALLOWED_FORMS = ("remove either whole KV groups (a KV head with all its query heads) or the same number of "
                   "query heads from every group (or whole groups plus the same number from every other group)")
 
@@ -145,6 +151,9 @@ class LlamaAdapter(ModelAdapter):
 
     def layer_modules(self, model: nn.Module) -> list[nn.Module]:
         return self._layers(model)
+
+    def feed_forwards(self, model: nn.Module) -> list[FeedForward]:
+        return [_GATED_MLP.find(layer, index, self.family) for index, layer in enumerate(self._layers(model))]
 
     def head_output_hook(self, model: nn.Module, fn: HeadOutputFn) -> AbstractContextManager[None]:
         return split_heads_before([(layer.self_attn.o_proj, layer.self_attn.head_dim)

@@ -4,7 +4,11 @@ nn.MultiheadAttention derives head_dim = embed_dim // num_heads, so it cannot ho
 embed_dim implies. Pruned modules become `PrunedMultiheadAttention`: same call and return, same
 parameter names, any head count. It also gives the hooks a place to stand: the dense module feeds
 `out_proj.weight` to a fused function and never calls `out_proj`, so while a hook is active each
-dense module is temporarily swapped for a `PrunedMultiheadAttention` sharing its parameters.
+dense module is temporarily swapped for a `PrunedMultiheadAttention` sharing its parameters (and
+nn.TransformerEncoder's nested-tensor path, which would hand the hooks NestedTensors, is turned off).
+
+A layer's FFN is the `linear1`, `activation`, `linear2` of the nn.TransformerEncoderLayer around it; an
+attention module outside one has no FFN.
 """
 
 import sys
@@ -20,6 +24,9 @@ from edgeprune.errors import UserInputError
 from edgeprune.models.base import (
     AttentionBlock,
     AttentionProbsFn,
+    FeedForward,
+    FeedForwardFn,
+    FeedForwardLayout,
     HeadOutputFn,
     ModelAdapter,
     head_rows,
@@ -29,6 +36,8 @@ from edgeprune.models.base import (
     record_kept_layers,
 )
 from edgeprune.models.separate_projections import slice_linear
+
+_ENCODER_FFN = FeedForwardLayout(inputs=("linear1",), activation="activation", output="linear2")
 
 
 class PrunedMultiheadAttention(nn.Module):
@@ -165,6 +174,7 @@ class MultiheadAttentionAdapter(ModelAdapter):
     """The layers are the attention modules in module order; the dense-head record lives on each module."""
 
     family = "mha"
+    ffn_width_config = None  # plain modules have no config to keep true
 
     @classmethod
     def matches(cls, model: nn.Module) -> bool:
@@ -204,6 +214,14 @@ class MultiheadAttentionAdapter(ModelAdapter):
     def layer_modules(self, model: nn.Module) -> list[nn.Module]:
         return [parent if isinstance(parent, nn.TransformerEncoderLayer) and name == "self_attn" else module
                 for parent, name, module in self._slots(model)]
+
+    def feed_forwards(self, model: nn.Module) -> list[FeedForward]:
+        return [_ENCODER_FFN.find(layer, index, self.family) for index, layer in enumerate(self.layer_modules(model))]
+
+    @contextmanager
+    def feed_forward_hook(self, model: nn.Module, fn: FeedForwardFn) -> Iterator[None]:
+        with self._computed_here(model), super().feed_forward_hook(model, fn):
+            yield
 
     @contextmanager
     def _computed_here(self, model: nn.Module) -> Iterator[list[PrunedMultiheadAttention]]:

@@ -1,7 +1,8 @@
 """Encoders whose attention has separate Q/K/V linears and an output projection (BERT, DistilBERT, ViT).
 
-A family is a `ProjectionLayout` (where the linears and head counts live inside one layer) and a
-test that recognizes its layers; everything else — hooks, surgery, bookkeeping — is shared here.
+A family is a `ProjectionLayout` (where the linears and head counts live inside one layer), a
+`FeedForwardLayout` (where its FFN parts live) and a test that recognizes its layers; everything else —
+hooks, surgery, bookkeeping — is shared here.
 """
 
 from contextlib import AbstractContextManager
@@ -13,6 +14,8 @@ from torch import nn
 from edgeprune.models.base import (
     AttentionBlock,
     AttentionProbsFn,
+    FeedForward,
+    FeedForwardLayout,
     HeadOutputFn,
     ModelAdapter,
     capture_attention_probs,
@@ -67,6 +70,7 @@ def slice_linear(linear: nn.Linear, index: torch.Tensor, dim: int) -> nn.Linear:
 
 class SeparateProjectionsAdapter(ModelAdapter):
     layout: ProjectionLayout
+    ffn_layout: FeedForwardLayout
 
     @staticmethod
     def is_layer(module: nn.Module) -> bool:
@@ -103,6 +107,9 @@ class SeparateProjectionsAdapter(ModelAdapter):
 
     def layer_modules(self, model: nn.Module) -> list[nn.Module]:
         return self._layers(model)
+
+    def feed_forwards(self, model: nn.Module) -> list[FeedForward]:
+        return [self.ffn_layout.find(layer, index, self.family) for index, layer in enumerate(self._layers(model))]
 
     def head_output_hook(self, model: nn.Module, fn: HeadOutputFn) -> AbstractContextManager[None]:
         layers = self._layers(model)

@@ -1,7 +1,8 @@
 """The shape of a pruned model as a plain record, and how to cut a fresh dense model to it.
 
 `structure_of(model)` reads, through the model's adapter, which dense heads each layer keeps, which layers
-of each stack remain, each layer's FFN width and which projections gained a bias (bias compensation).
+of each stack remain, each layer's FFN width (now and in the dense model) and which projections gained a bias
+(bias compensation).
 `apply_structure(model, structure)` cuts a freshly built, unpruned model of the same architecture to that
 shape, so the pruned weights then load strictly. `edgeprune.save` writes the record, `edgeprune.load`
 applies it; it does not depend on transformers, so plain `nn.Module`s (nn.MultiheadAttention) round-trip too.
@@ -15,7 +16,7 @@ from torch import nn
 
 from edgeprune.errors import UserInputError
 from edgeprune.models import adapter_for
-from edgeprune.models.base import dense_head_count, kept_layer_record, record_kept_layers
+from edgeprune.models.base import NoFeedForwardError, dense_head_count, kept_layer_record, record_kept_layers
 
 
 @dataclass(frozen=True)
@@ -33,27 +34,29 @@ class Structure:
     dense_heads: list[int]  # per current layer, its query heads in the dense model
     kept_heads: list[list[int]]  # per current layer, the dense indices of the heads that remain
     stacks: list[LayerStack] = field(default_factory=list)
-    ffn_widths: list[int] | None = None  # per current layer; None where the family has no FFN neuron removal
+    ffn_widths: list[int] | None = None  # per current layer; None where the model has no feed-forward blocks
     output_bias: list[int] = field(default_factory=list)  # layers whose attention output projection has a bias
     ffn_output_bias: list[int] = field(default_factory=list)  # layers whose FFN output projection has a bias
+    ffn_dense_widths: list[int] | None = None  # per current layer, its FFN width in the dense model (None: unknown)
 
     def to_dict(self) -> dict[str, Any]:
         return {"family": self.family, "dense_heads": self.dense_heads, "kept_heads": self.kept_heads,
                 "stacks": [{"path": s.path, "dense": s.dense, "kept": s.kept} for s in self.stacks],
                 "ffn_widths": self.ffn_widths, "output_bias": self.output_bias,
-                "ffn_output_bias": self.ffn_output_bias}
+                "ffn_output_bias": self.ffn_output_bias, "ffn_dense_widths": self.ffn_dense_widths}
 
     @classmethod
     def from_dict(cls, data: dict[str, Any], source: str) -> "Structure":
         try:
-            widths = data.get("ffn_widths")
+            widths, dense_widths = data.get("ffn_widths"), data.get("ffn_dense_widths")
             return cls(str(data["family"]), [int(n) for n in data["dense_heads"]],
                        [[int(h) for h in kept] for kept in data["kept_heads"]],
                        [LayerStack(str(s["path"]), int(s["dense"]), [int(p) for p in s["kept"]])
                         for s in data.get("stacks", [])],
                        None if widths is None else [int(w) for w in widths],
                        [int(i) for i in data.get("output_bias", [])],
-                       [int(i) for i in data.get("ffn_output_bias", [])])
+                       [int(i) for i in data.get("ffn_output_bias", [])],
+                       None if dense_widths is None else [int(w) for w in dense_widths])
         except (KeyError, TypeError, ValueError, AttributeError) as error:
             raise UserInputError(f"{source}: the structure record is malformed ({type(error).__name__}: "
                                  f"{error})") from None
@@ -61,8 +64,6 @@ class Structure:
 
 def structure_of(model: nn.Module) -> Structure:
     """The record of `model`'s current shape (dense or pruned), relative to its dense architecture."""
-    from edgeprune.pruning.ffn import ffn_layers
-
     adapter = adapter_for(model)
     blocks = adapter.attention_blocks(model)
     fallback = dense_head_count(blocks) if blocks else 0
@@ -73,8 +74,8 @@ def structure_of(model: nn.Module) -> Structure:
             dense, kept = kept_layer_record(module)
             stacks.append(LayerStack(path, dense, kept))
     try:
-        ffn = ffn_layers(model)
-    except UserInputError:  # a family without FFN neuron removal
+        ffn = adapter.feed_forwards(model)
+    except NoFeedForwardError:  # e.g. attention modules outside any encoder layer
         ffn = None
     return Structure(
         family=adapter.family,
@@ -84,6 +85,7 @@ def structure_of(model: nn.Module) -> Structure:
         ffn_widths=None if ffn is None else [block.width for block in ffn],
         output_bias=[b.layer for b in blocks if adapter.output_projection(model, b.layer).bias is not None],
         ffn_output_bias=[] if ffn is None else [i for i, block in enumerate(ffn) if block.output.bias is not None],
+        ffn_dense_widths=None if ffn is None else [block.dense_width for block in ffn],
     )
 
 
@@ -116,7 +118,7 @@ def apply_structure(model: nn.Module, structure: Structure, source: str = "the s
     except ValueError as error:  # UserInputError is one too
         raise UserInputError(f"{source}: its kept heads do not fit the given module ({error})") from None
     if structure.ffn_widths is not None:
-        cut_ffn_widths(model, structure.ffn_widths, source)
+        cut_ffn_widths(model, structure.ffn_widths, source, structure.ffn_dense_widths)
     if structure.ffn_output_bias:
         _add_ffn_output_biases(model, structure.ffn_output_bias, source)
     return model
@@ -145,22 +147,37 @@ def _cut_stack(model: nn.Module, stack: LayerStack, source: str) -> None:
     record_kept_layers(container, stack.dense, stack.kept)
 
 
-def cut_ffn_widths(model: nn.Module, widths: list[int], source: str) -> None:
-    """Slice each layer's FFN of a freshly built model to its recorded width (the weights come next)."""
-    from edgeprune.pruning.ffn import intermediate_sizes, remove_neurons
+def cut_ffn_widths(model: nn.Module, widths: list[int], source: str, dense: list[int] | None = None) -> None:
+    """Slice each layer's FFN of a freshly built model to its recorded width (the weights come next).
 
-    dense = intermediate_sizes(model)
-    if len(widths) != len(dense) or any(not 0 < w <= d for w, d in zip(widths, dense, strict=False)):
-        raise UserInputError(f"{source}: the record of FFN widths {widths} does not fit a model of {len(dense)} "
-                             f"layers with FFN width {max(dense)}")
-    remove_neurons(model, {layer: list(range(w, d)) for layer, (w, d) in enumerate(zip(widths, dense, strict=True))
-                           if w < d})
+    `dense`: each layer's width in the dense model the record was cut from (None: unknown, any wider layer is
+    cut). A layer the record shows uncut is left as it is, so a module of another width fails on its weights; a
+    layer already at its recorded width (a model rebuilt from the pruned config) only notes its dense width."""
+    from edgeprune.pruning.ffn import remove_neurons
+
+    blocks = adapter_for(model).feed_forwards(model)
+    current = [block.width for block in blocks]
+    if len(widths) != len(current) or (dense is not None and len(dense) != len(current)) or any(
+            not 0 < w <= max(c, d) for w, c, d in zip(widths, current, dense or current, strict=False)):
+        raise UserInputError(f"{source}: the record of FFN widths {widths} does not fit a model of {len(current)} "
+                             f"layers with FFN width {max(current)}")
+    remove = {}
+    for layer, (block, width) in enumerate(zip(blocks, widths, strict=True)):
+        original = None if dense is None else dense[layer]
+        if block.width == width or original == width:
+            if original is not None and original != width:
+                block.record_dense_width(original)
+            continue
+        if width > block.width or (original is not None and block.width != original):
+            raise UserInputError(f"{source}: layer {layer}'s FFN was cut to {width} neurons from {original}, but the "
+                                 f"given module's has {block.width}; pass a fresh, unpruned module of the same "
+                                 "architecture")
+        remove[layer] = list(range(width, block.width))
+    remove_neurons(model, remove)
 
 
 def _add_ffn_output_biases(model: nn.Module, layers: list[int], source: str) -> None:
-    from edgeprune.pruning.ffn import ffn_layers
-
-    blocks = ffn_layers(model)
+    blocks = adapter_for(model).feed_forwards(model)
     for layer in layers:
         if not 0 <= layer < len(blocks):
             raise UserInputError(f"{source}: FFN output bias recorded for layer {layer}, but there are {len(blocks)}")

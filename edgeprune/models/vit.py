@@ -1,11 +1,13 @@
-"""ViT-like image encoders (ViT, DeiT): `ViTLayer.attention` holds q_proj/k_proj/v_proj/o_proj.
+"""ViT-like image encoders (ViT, DeiT): `ViTLayer.attention` holds q_proj/k_proj/v_proj/o_proj, `ViTLayer.mlp`
+holds fc1, activation_fn, fc2.
 
-transformers 5 flattened ViT's attention; the 4.x layout (`attention.attention.query`,
-`attention.output.dense`) is not what this adapter looks for.
+transformers 5 flattened ViT's attention and MLP; the 4.x layout (`attention.attention.query`,
+`attention.output.dense`, `intermediate.dense`) is not what this adapter looks for.
 """
 
 from torch import nn
 
+from edgeprune.models.base import FeedForwardLayout
 from edgeprune.models.separate_projections import ProjectionLayout, SeparateProjectionsAdapter
 
 _PROJECTIONS = ("q_proj", "k_proj", "v_proj", "o_proj")
@@ -17,6 +19,7 @@ class ViTAdapter(SeparateProjectionsAdapter):
         attention="attention", query="attention.q_proj", key="attention.k_proj", value="attention.v_proj",
         output="attention.o_proj", heads_attr="num_attention_heads", size_attr="head_dim",
     )
+    ffn_layout = FeedForwardLayout(inputs=("mlp.fc1",), activation="mlp.activation_fn", output="mlp.fc2", owner="mlp")
 
     @staticmethod
     def is_layer(module: nn.Module) -> bool:

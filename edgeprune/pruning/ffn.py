@@ -1,17 +1,18 @@
-"""Structured removal of FFN (intermediate) neurons: BERT-like layers and gated MLPs (Llama, Qwen2, SmolLM2).
+"""Structured removal of FFN (intermediate) neurons, for every adapter family.
 
-Neuron j of a layer's feed-forward block is row j of each input projection (`intermediate.dense` in BERT;
-`gate_proj` and `up_proj` in a gated MLP, weight and bias) and column j of the output projection
-(`output.dense`, `down_proj`). The nonlinearity (and the gating product) is element-wise, so slicing those
-rows and that column removes exactly that neuron's contribution: the result equals zeroing column j of the
-output projection. Scores: the product of the L2 norms of the neuron's input rows and output column
-("weight-norm"), or its mean absolute activation (the output projection's input) over real tokens
-("activation", the FFN analogue of the activation criteria of Molchanov et al., 2017).
+Each adapter lists its layers' feed-forward blocks (`ModelAdapter.feed_forwards`: BERT's intermediate.dense and
+output.dense, DistilBERT's ffn.lin1/lin2, ViT's mlp.fc1/fc2, a gated MLP's gate_proj, up_proj and down_proj,
+nn.TransformerEncoderLayer's linear1/linear2); nothing here knows a family's attribute names. Neuron j of a block
+is row j of each input projection (weight and bias) and column j of the output projection. The nonlinearity (and
+the gating product) is element-wise, so slicing those rows and that column removes exactly that neuron's
+contribution: the result equals zeroing column j of the output projection. Scores: the product of the L2 norms of
+the neuron's input rows and output column ("weight-norm"), or its mean absolute activation (the output
+projection's input) over real tokens ("activation", the FFN analogue of the activation criteria of Molchanov et
+al., 2017).
 """
 
 from collections.abc import Iterable
 from dataclasses import dataclass
-from typing import Any
 
 import numpy as np
 import torch
@@ -20,54 +21,19 @@ from torch import nn
 from edgeprune.errors import UserInputError
 from edgeprune.importance.base import Batch
 from edgeprune.models import adapter_for
-from edgeprune.models.base import find_config, hooks_removed_after
+from edgeprune.models.base import INTERMEDIATE_SIZES_CONFIG_KEY, FeedForward
 
-# config attribute holding each layer's FFN width when they differ (saved in config.json)
-INTERMEDIATE_SIZES_CONFIG_KEY = "edgeprune_intermediate_sizes"
 NEURON_CRITERIA = ("weight-norm", "activation", "fluctuation")
 
-
-@dataclass(frozen=True)
-class FeedForward:
-    """One layer's feed-forward block: neuron j is row j of every input projection and column j of the output."""
-
-    inputs: tuple[nn.Linear, ...]  # (intermediate.dense,) or (gate_proj, up_proj)
-    output: nn.Linear  # output.dense or down_proj
-    owner: nn.Module  # the module holding them (a gated MLP keeps its width in `intermediate_size`)
-
-    @property
-    def width(self) -> int:
-        return self.output.in_features
-
-
-def _feed_forward(layer: nn.Module) -> FeedForward | None:
-    mlp = getattr(layer, "mlp", None)
-    gated = [getattr(mlp, name, None) for name in ("gate_proj", "up_proj", "down_proj")]
-    if all(isinstance(linear, nn.Linear) for linear in gated):
-        return FeedForward((gated[0], gated[1]), gated[2], mlp)
-    intermediate = getattr(layer, "intermediate", None)
-    up = getattr(intermediate, "dense", None)
-    down = getattr(getattr(layer, "output", None), "dense", None)
-    if isinstance(up, nn.Linear) and isinstance(down, nn.Linear):
-        return FeedForward((up,), down, intermediate)
-    return None
+__all__ = ["INTERMEDIATE_SIZES_CONFIG_KEY", "NEURON_CRITERIA", "FeedForward", "NeuronStatistics", "ffn_layers",
+           "intermediate_sizes", "neuron_parameter_count", "neuron_statistics", "plan_neurons", "record_sizes",
+           "remove_neurons", "score_neurons", "zero_neurons"]
 
 
 def ffn_layers(model: nn.Module) -> list[FeedForward]:
-    """Each layer's feed-forward block, in layer order."""
-    found = []
-    for index, layer in enumerate(adapter_for(model).layer_modules(model)):
-        block = _feed_forward(layer)
-        if block is None:
-            raise UserInputError(f"FFN neuron removal supports BERT-like layers (layer.intermediate.dense and "
-                                 f"layer.output.dense) and gated MLPs (mlp.gate_proj, up_proj, down_proj); "
-                                 f"layer {index} ({type(layer).__name__}) has neither")
-        for linear in block.inputs:
-            if linear.out_features != block.output.in_features:
-                raise UserInputError(f"layer {index}: an FFN input projection has {linear.out_features} outputs but "
-                                     f"the output projection takes {block.output.in_features} inputs")
-        found.append(block)
-    return found
+    """Each layer's feed-forward block, in layer order, as the model's adapter lists them (a one-line
+    UserInputError for a family or layer without one)."""
+    return adapter_for(model).feed_forwards(model)
 
 
 def intermediate_sizes(model: nn.Module) -> list[int]:
@@ -113,43 +79,57 @@ class NeuronStatistics:
 
 
 def neuron_statistics(model: nn.Module, batches: Iterable[Batch]) -> NeuronStatistics:
-    """One label-free pass over `batches` measuring every FFN neuron's activation (the output projection's input)."""
-    layers = ffn_layers(model)
+    """One label-free pass over `batches` measuring every FFN neuron's activation (the output projection's input).
+
+    A batch with `input_ids` runs as `model(input_ids=..., attention_mask=...)` (the text convention of the head
+    criteria); any other runs as `model(**batch)` without its `labels` (`pixel_values`, or a plain module's
+    keyword inputs). Its `attention_mask` [batch, tokens], when present, marks the real tokens; else every
+    position counts.
+    """
+    adapter = adapter_for(model)
+    layers = adapter.feed_forwards(model)
     sums = [torch.zeros(block.width, dtype=torch.float64) for block in layers]
     abs_sums = [torch.zeros(block.width, dtype=torch.float64) for block in layers]
     squares = [torch.zeros(block.width, dtype=torch.float64) for block in layers]
-    count = torch.zeros((), dtype=torch.float64)
-    mask_holder: dict[str, torch.Tensor] = {}
+    counts = [0.0] * len(layers)
+    mask: list[torch.Tensor | None] = [None]
 
-    def accumulate(index: int) -> Any:
-        def hook(_module: nn.Module, args: tuple) -> None:
-            activation = args[0].double()  # after the nonlinearity (and gating)
-            mask = mask_holder["mask"].to(activation.dtype).unsqueeze(-1)
-            sums[index] += (activation * mask).sum(dim=(0, 1))
-            abs_sums[index] += (activation.abs() * mask).sum(dim=(0, 1))
-            squares[index] += (activation.square() * mask).sum(dim=(0, 1))
-        return hook
+    def accumulate(index: int, values: torch.Tensor) -> torch.Tensor:
+        activation = values.detach().double()  # after the nonlinearity (and gating)
+        weights = mask[0]
+        if weights is None or tuple(weights.shape) != tuple(activation.shape[:2]):
+            weights = torch.ones(activation.shape[:-1], dtype=torch.float64, device=activation.device)
+        weights = weights.to(device=activation.device, dtype=torch.float64).unsqueeze(-1)
+        dims = tuple(range(activation.dim() - 1))
+        sums[index] += (activation * weights).sum(dim=dims).cpu()
+        abs_sums[index] += (activation.abs() * weights).sum(dim=dims).cpu()
+        squares[index] += (activation.square() * weights).sum(dim=dims).cpu()
+        counts[index] += float(weights.sum())
+        return values
 
-    handles = [block.output.register_forward_pre_hook(accumulate(i)) for i, block in enumerate(layers)]
     was_training = model.training
     model.eval()
     try:
-        with hooks_removed_after(handles), torch.no_grad():
+        with torch.no_grad(), adapter.feed_forward_hook(model, accumulate):
             for batch in batches:
-                mask = batch.get("attention_mask")
-                mask_holder["mask"] = torch.ones_like(batch["input_ids"]) if mask is None else mask
-                model(input_ids=batch["input_ids"], attention_mask=mask_holder["mask"])
-                count += mask_holder["mask"].sum()
+                mask[0] = batch.get("attention_mask")
+                if "input_ids" in batch:
+                    ids = batch["input_ids"]
+                    model(input_ids=ids, attention_mask=torch.ones_like(ids) if mask[0] is None else mask[0])
+                else:
+                    model(**{k: v for k, v in batch.items() if k != "labels"})
     finally:
         model.train(was_training)
-    if count == 0:
+    if not counts or min(counts) == 0:
         raise ValueError("no data to score on: the batches were empty")
-    means = [total / count for total in sums]
+    means = [total / count for total, count in zip(sums, counts, strict=True)]
     fluctuation = []
-    for block, mean, square in zip(layers, means, squares, strict=True):
+    for block, mean, square, count in zip(layers, means, squares, counts, strict=True):
         variance = (square / count - mean.square()).clamp_min(0)
-        fluctuation.append((variance * block.output.weight.detach().double().square().sum(dim=0)).numpy())
-    return NeuronStatistics([m.float() for m in means], [(t / count).numpy() for t in abs_sums], fluctuation)
+        fluctuation.append((variance * block.output.weight.detach().double().square().sum(dim=0).cpu()).numpy())
+    return NeuronStatistics([m.float() for m in means],
+                            [(total / count).numpy() for total, count in zip(abs_sums, counts, strict=True)],
+                            fluctuation)
 
 
 def plan_neurons(scores: list[np.ndarray], fraction: float, per_layer: bool = True,
@@ -186,9 +166,10 @@ def remove_neurons(model: nn.Module, remove: dict[int, list[int]],
     neuron's mean contribution W_out[:, j]·ā_j is folded into the output projection's bias (one is added
     where there was none), so the layer's mean output is unchanged.
 
-    The config stays true: `intermediate_size` is the width when every layer has the same one;
-    otherwise it is the widest layer's and the per-layer widths are recorded under
-    `edgeprune_intermediate_sizes` (like the kept-heads record).
+    The model stays true about its widths: a module attribute that states one (a gated MLP's
+    `intermediate_size`) follows its layer, and the config's width (`intermediate_size`, DistilBERT's
+    `hidden_dim`) is the width when every layer has the same one; otherwise it is the widest layer's and the
+    per-layer widths are recorded under `edgeprune_intermediate_sizes` (like the kept-heads record).
     """
     layers = ffn_layers(model)
     for layer, neurons in remove.items():
@@ -207,12 +188,13 @@ def remove_neurons(model: nn.Module, remove: dict[int, list[int]],
         drop = set(neurons)
         if means is not None:
             _fold_means(block.output, sorted(drop), means[layer])
+        block.record_dense_width(block.dense_width)
         keep = torch.tensor([j for j in range(block.width) if j not in drop], dtype=torch.long)
         for linear in block.inputs:
             _slice_rows(linear, keep)
         _slice_columns(block.output, keep)
-        if isinstance(getattr(block.owner, "intermediate_size", None), int):
-            block.owner.intermediate_size = len(keep)
+        if block.width_attribute is not None:
+            setattr(block.owner, block.width_attribute, len(keep))
     record_sizes(model, [block.width for block in layers])
     return model
 
@@ -221,9 +203,11 @@ def _fold_means(output: nn.Linear, removed: list[int], means: torch.Tensor) -> N
     if means.shape != (output.in_features,):
         raise ValueError(f"neuron means have shape {tuple(means.shape)}; the layer has {output.in_features} neurons")
     with torch.no_grad():
-        shift = output.weight[:, removed] @ means[removed].to(output.weight.dtype)
+        weight = output.weight
+        shift = weight[:, removed] @ means[removed].to(device=weight.device, dtype=weight.dtype)
         if output.bias is None:
-            output.bias = nn.Parameter(torch.zeros(output.out_features, dtype=output.weight.dtype))
+            output.bias = nn.Parameter(torch.zeros(output.out_features, dtype=weight.dtype, device=weight.device),
+                                       requires_grad=weight.requires_grad)
         output.bias += shift
 
 
@@ -249,14 +233,6 @@ def _slice_columns(linear: nn.Linear, keep: torch.Tensor) -> None:
 
 
 def record_sizes(model: nn.Module, sizes: list[int]) -> None:
-    """Keep the config true about FFN widths: `intermediate_size`, and per-layer widths when they differ."""
-    config = find_config(model)
-    if config is None:
-        return
-    if len(set(sizes)) == 1:
-        config.intermediate_size = sizes[0]
-        if hasattr(config, INTERMEDIATE_SIZES_CONFIG_KEY):
-            delattr(config, INTERMEDIATE_SIZES_CONFIG_KEY)
-    else:
-        config.intermediate_size = max(sizes)
-        setattr(config, INTERMEDIATE_SIZES_CONFIG_KEY, list(sizes))
+    """Keep the config true about FFN widths: the family's width attribute (`intermediate_size`, DistilBERT's
+    `hidden_dim`), and per-layer widths under `edgeprune_intermediate_sizes` when they differ."""
+    adapter_for(model).record_ffn_widths(model, sizes)
