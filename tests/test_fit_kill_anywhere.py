@@ -37,7 +37,7 @@ def setup(tmp_path_factory):
               intermediate_size=64, max_position_embeddings=64).save_pretrained(model)
     env = {**os.environ, "EDGEPRUNE_CACHE": str(root / "cache"), "PYTHONUNBUFFERED": "1", "OMP_NUM_THREADS": "1"}
     flags = ["fit", "--task", "minilm-bbc", "--model", str(model), "--max-length", "32", "--max-mb", "0.13",
-             "--recipe", "int8", "--ffn-fractions", "0,0.5", "--layer-removals", "0", "--no-trim-vocab",
+             "--recipe", "int8", "--ffn-fractions", "0", "--layer-removals", "0", "--no-trim-vocab",
              "--scoring-examples", "16"]
     return {"root": root, "env": env, "flags": flags}
 

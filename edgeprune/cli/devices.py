@@ -3,26 +3,13 @@
 import argparse
 import dataclasses
 import json
-import shlex
 import sys
 from pathlib import Path
 
 from edgeprune.cli.common import EXIT_OK, EXIT_USAGE, one_line
-from edgeprune.errors import EdgepruneError, UserInputError
+from edgeprune.errors import UserInputError
 
 EXIT_CHECK_FAILED = 1
-# runs on the device with only its python: versions by distribution name, nothing imported
-PROBE = """import json, sys
-from importlib import metadata
-def version(*names):
-    for name in names:
-        try:
-            return metadata.version(name)
-        except Exception:
-            pass
-print(json.dumps({"python": sys.version.split()[0], "numpy": version("numpy"), "executorch": version("executorch"),
-                  "litert": version("ai-edge-litert", "tflite-runtime")}))
-"""
 
 
 def add_parsers(verbs: argparse._SubParsersAction) -> None:
@@ -85,7 +72,7 @@ def endpoint_from(profile, args: argparse.Namespace):  # noqa: ANN001, ANN201 - 
 
 
 def run_devices(args: argparse.Namespace) -> int:
-    from edgeprune.devices import known_devices, load_profile
+    from edgeprune.devices import known_devices, load_profile, probe_device
     from edgeprune.serialization import to_jsonable
 
     if args.action == "list":
@@ -105,59 +92,8 @@ def run_devices(args: argparse.Namespace) -> int:
     if args.action == "show":
         print(json.dumps(to_jsonable(profile), indent=2))
         return EXIT_OK
-    report = check_device(profile, endpoint_from(profile, args))
-    print(json.dumps(report, indent=2))
-    return EXIT_OK if report["ok"] else EXIT_CHECK_FAILED
-
-
-def check_device(profile, endpoint) -> dict:  # noqa: ANN001 - DeviceProfile, Endpoint
-    """Connect and report arch, cores, RAM, python, runtimes and sensors; `problems` lists what differs from the
-    profile."""
-    from edgeprune.devices.transports import open_transport
-
-    with open_transport(endpoint, profile.python) as transport:
-        python = shlex.quote(transport.python)
-        script = (f"uname -m; getconf _NPROCESSORS_ONLN 2>/dev/null || nproc; "
-                  f"awk '/^MemTotal:/ {{print int($2 / 1024)}}' /proc/meminfo; "
-                  f"command -v {python} || echo missing; {python} -c {shlex.quote(PROBE)} 2>/dev/null || echo null")
-        done = transport.run(["sh", "-c", script], timeout_s=120)
-        label = transport.label
-        sensors = _probe_sensors(transport) if done.exit_code == 0 else {}
-    lines = done.stdout.strip().splitlines()
-    if done.exit_code != 0 or len(lines) < 5:
-        answer = (done.stderr or done.stdout)[-300:]
-        raise UserInputError(f"{label} did not answer the probe as a Linux shell: {answer}")
-    try:
-        arch, cores, ram_mb, python_path = lines[0].strip(), int(lines[1]), int(lines[2]), lines[3].strip()
-        versions = json.loads(lines[-1]) or {}
-        if not isinstance(versions, dict):
-            raise ValueError(f"expected a JSON object of versions, got {lines[-1][:80]!r}")
-    except ValueError as error:
-        raise EdgepruneError(f"{label} answered the probe with something else than cores, RAM and versions "
-                             f"({one_line(error)})") from None
-    runtimes = {"executorch": versions.get("executorch"), "litert": versions.get("litert")}
-    problems = []
-    if arch != profile.arch:
-        problems.append(f"arch is {arch}, the profile says {profile.arch}")
-    if cores != profile.cores:
-        problems.append(f"{cores} cores online, the profile says {profile.cores}")
-    if not versions:
-        problems.append(f"no working python at {transport.python} (set runtime.python in the profile)")
-    elif not runtimes[profile.runtime]:
-        problems.append(f"the profile's runtime {profile.runtime} is not installed for {python_path}")
-    elif not versions.get("numpy"):
-        problems.append(f"numpy, which the benchmark runner needs, is not installed for {python_path}")
-    for problem in problems:
+    report = probe_device(profile, endpoint_from(profile, args))
+    for problem in report.problems:
         sys.stderr.write(f"edgeprune: {profile.name}: {problem}\n")
-    return {"device": profile.name, "connection": label, "arch": arch, "cores": cores, "ram_mb": ram_mb,
-            "python": versions.get("python"), "python_path": None if python_path == "missing" else python_path,
-            "numpy": versions.get("numpy"), "runtimes": runtimes, "sensors": sensors, "ok": not problems,
-            "problems": problems}
-
-
-def _probe_sensors(transport) -> dict:  # noqa: ANN001 - a Transport
-    """The energy and thermal readers the benchmark would use, read through the transport from this host."""
-    from edgeprune.bench.native_run import SENSOR_FILES, TransportEnvironment
-    from edgeprune.bench.sensors.meter import probe
-
-    return probe(TransportEnvironment(transport, SENSOR_FILES))
+    print(json.dumps(report.to_dict(), indent=2))
+    return EXIT_OK if report.ok else EXIT_CHECK_FAILED

@@ -3,14 +3,12 @@ optionally after removing its most redundant layers (angular distance) and a sha
 
 import argparse
 import dataclasses
-import shutil
 from pathlib import Path
 
 from edgeprune.cli.common import EXIT_OK, check_output_folder, read_json
 from edgeprune.errors import UserInputError
 
-NEURON_CRITERIA = ("activation", "weight-norm")  # edgeprune.pruning.ffn.NEURON_CRITERIA, without importing torch
-TOKENIZER_FILES = ("tokenizer.json", "tokenizer_config.json", "vocab.txt", "special_tokens_map.json")
+NEURON_CRITERIA = ("activation", "weight-norm")  # of edgeprune.pruning.ffn.NEURON_CRITERIA; parsing imports no torch
 # flags that override the config file, by DistillConfig field
 OVERRIDES = {"max_steps": int, "max_seconds": float, "max_epochs": int, "learning_rate": float,
              "temperature": float, "task_weight": float, "kd_weight": float, "embedding_weight": float,
@@ -62,17 +60,9 @@ def config_from(args: argparse.Namespace):  # noqa: ANN201 - a DistillConfig
 
 
 def run_distill(args: argparse.Namespace) -> int:
-    import copy
-
-    import torch
-
-    from edgeprune.models import adapter_for
-    from edgeprune.models.classifier import EncoderClassifier
-    from edgeprune.models.io import load, save
+    from edgeprune.models.io import load
     from edgeprune.progress import Progress
-    from edgeprune.pruning.ffn import intermediate_sizes, plan_neurons, remove_neurons, score_neurons
-    from edgeprune.recovery import DistillData, distill, remove_redundant_layers
-    from edgeprune.serialization import write_json_atomic
+    from edgeprune.recovery import distill_pruned, save_distilled
     from edgeprune.tasks import bundled_task
     from edgeprune.tasks.compatibility import check_model_folder
 
@@ -96,56 +86,17 @@ def run_distill(args: argparse.Namespace) -> int:
             raise UserInputError(f"{flag} must be at least 1, got {value}")
     config = config_from(args)
     encoder = load(args.model)
-    layers = len(adapter_for(encoder).layer_modules(encoder))
-    if args.remove_layers and args.remove_layers >= layers:
-        raise UserInputError(f"--remove-layers {args.remove_layers}: the model has {layers} layers, so 1..{layers - 1} "
-                             "can go")
-    if args.ffn_ratio:
-        intermediate_sizes(encoder)  # refuses families without FFN neuron removal before any work
     task = bundled_task(args.task, model_path=args.teacher_model, max_length=args.max_length,
                         progress=Progress(enabled=not args.quiet))
-    dense = task.teacher()
-    teacher = dense.model
-    # a pooler stays: the task mean-pools, so it gets no gradient, and the folder keeps loading with edgeprune.load
-    hidden = getattr(encoder.config, "hidden_size", None)
-    if hidden != teacher.classifier.in_features:
-        raise UserInputError(f"{args.model} has hidden size {hidden} but the teacher's "
-                             f"{teacher.classifier.in_features}; distill a model pruned from the task's model")
-    student = EncoderClassifier(encoder, copy.deepcopy(teacher.classifier))
-    data = DistillData.from_task(task, args.batch_size, config.seed, args.train_limit, args.validation_limit)
-    scoring = data.scoring_batches(args.scoring_batches)
-    structure: dict[str, object] = {}
-    if args.remove_layers:
-        removal = remove_redundant_layers(student, scoring(), args.remove_layers)
-        task.progress.note(f"removed layers {removal.removed} (angular distance)")
-        structure["removed_layers"] = removal.removed
-        structure["layer_map"] = removal.layer_map
-        # the student's layers map to the teacher's kept layers, for hidden-state alignment
-        if len(removal.layer_map) + len(removal.removed) == len(adapter_for(teacher).layer_modules(teacher)):
-            config = dataclasses.replace(config, layer_map=removal.layer_map)
-    if args.ffn_ratio:
-        batches = scoring() if args.ffn_criterion == "activation" else None
-        remove_neurons(student, plan_neurons(score_neurons(student, batches, args.ffn_criterion), args.ffn_ratio))
-        structure["ffn_ratio"] = args.ffn_ratio
-        structure["ffn_criterion"] = args.ffn_criterion
-    if structure:
-        structure["intermediate_sizes"] = intermediate_sizes(student)
-    result = distill(student, teacher, data, config, task.progress)
-    args.out.mkdir(parents=True, exist_ok=True)
-    save(student.encoder, args.out)
-    torch.save(student.classifier.state_dict(), args.out / "classifier.pt")
-    for name in TOKENIZER_FILES:
-        source = args.model / name if (args.model / name).exists() else task.model_path / name
-        if source.exists():
-            shutil.copy(source, args.out / name)
-    if (args.model / "plan.json").exists():
-        shutil.copy(args.model / "plan.json", args.out / "plan.json")
-    write_json_atomic(args.out / "distill.json", {"student": str(args.model), "task": args.task,
-                                                  "teacher_validation_accuracy": dense.validation_accuracy,
-                                                  **structure, "result": result.to_dict()})
-    removed = f"removed layers {structure['removed_layers']}; " if "removed_layers" in structure else ""
-    if "ffn_ratio" in structure:
-        removed += f"FFN widths {structure['intermediate_sizes']}; "
+    distilled = distill_pruned(encoder, task, config, remove_layers=args.remove_layers, ffn_ratio=args.ffn_ratio,
+                               ffn_criterion=args.ffn_criterion, scoring_batches=args.scoring_batches,
+                               batch_size=args.batch_size, train_limit=args.train_limit,
+                               validation_limit=args.validation_limit, source=args.model)
+    save_distilled(distilled, args.out)
+    result = distilled.result
+    removed = f"removed layers {distilled.removed_layers}; " if distilled.removed_layers is not None else ""
+    if distilled.ffn_ratio is not None:
+        removed += f"FFN widths {distilled.intermediate_sizes}; "
     print(f"{removed}distilled {result.steps} steps ({result.stopped}); validation {result.metric} "
           f"{result.initial_metric:.4f} -> {result.best_metric:.4f} (best at step {result.best_step}); "
           f"wrote {args.out}")
