@@ -145,4 +145,4 @@ def test_ctrl_c_exits_130_with_one_line_and_keeps_the_partial(setup):
     assert f"--resume {out}" in after[-1]
     assert work_dir_for(out).is_dir() and not out.exists()
     records = [json.loads(line) for line in (work_dir_for(out) / "journal.jsonl").read_text().splitlines()]
-    assert any("candidate" in r for r in records) and records[-1]["stopped"] == "interrupted"
+    assert any("scores" in r for r in records) and records[-1]["stopped"] == "interrupted"  # scored before

@@ -20,7 +20,7 @@ def test_a_more_pruned_candidate_reuses_the_previous_recovered_weights(tiny_bert
     scores = score_heads(teacher, task.batches("calibration", 8), "taylor", loss_fn=task.loss).normalize_per_layer()
     notes = Recorder()
     builder = CandidateBuilder(teacher, scores, task, FitOptions(recover_steps=3, scoring_examples=8), tmp_path, notes,
-                       "executorch", load_profile("host"), None, Journal(tmp_path / "journal.jsonl", {}, False))
+                               "executorch", load_profile("host"), None, Journal(tmp_path / "journal.jsonl", {}, False))
     first = builder.recovered(builder.plan(3))
     assert not any("recovering from" in n for n in notes.notes)
     assert any(n.strip().startswith("recovered in") for n in notes.notes)

@@ -133,7 +133,7 @@ def fit_task(
         with open_transport(profile.endpoint, profile.python) as device_link:
             estimator = _estimator_if_unreachable(device_link, profile, options, progress)
             builder = CandidateBuilder(teacher.model, scores, task, options, work, progress, runtime, profile,
-                               None if estimator else device_link, journal, vocabulary, estimator)
+                                       None if estimator else device_link, journal, vocabulary, estimator)
             mark = time.perf_counter()
             dense = _dense_baseline(builder, runtime, journal)
             candidates, trials = best_first_search(builder, budget, recipes, teacher.validation, progress)
