@@ -10,6 +10,7 @@ import tomllib
 from pathlib import Path
 from typing import Any
 
+from edgeprune.data.base import read_text
 from edgeprune.errors import UserInputError
 
 PROJECT_FILE = "edgeprune.toml"
@@ -41,16 +42,7 @@ def read_project_file(explicit: Path | None, cwd: Path | None = None) -> tuple[P
         if path.exists():
             raise UserInputError(f"{path} is not a file; the project file is a TOML file")
         return None, {}
-    try:
-        data = path.read_bytes()
-    except OSError as error:
-        raise UserInputError(f"cannot read project file {path}: {error.strerror or error}") from None
-    try:
-        text = data.decode("utf-8")
-    except UnicodeDecodeError as error:
-        line = data[:error.start].count(b"\n") + 1
-        raise UserInputError(f"project file {path} is not UTF-8 text (byte 0x{data[error.start]:02x} at line "
-                             f"{line}); save it as UTF-8") from None
+    text = read_text(path, what="project file")
     try:
         return path, tomllib.loads(text)
     except (ValueError, RecursionError) as error:  # TOMLDecodeError, or an integer of thousands of digits

@@ -9,6 +9,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from edgeprune.data.base import read_text
 from edgeprune.errors import UserInputError
 
 NUMBER = (int, float)
@@ -278,16 +279,7 @@ def _endpoint(path: Path, section: dict) -> Endpoint:
 
 
 def _read_toml(path: Path) -> dict[str, Any]:
-    try:
-        raw = path.read_bytes()
-    except OSError as error:
-        raise UserInputError(f"{path}: cannot read device profile: {error.strerror or error}") from None
-    try:
-        text = raw.decode("utf-8")
-    except UnicodeDecodeError as error:
-        line = raw[:error.start].count(b"\n") + 1
-        raise UserInputError(f"{path}: device profile is not UTF-8 text (byte 0x{raw[error.start]:02x} at line "
-                             f"{line}); save it as UTF-8") from None
+    text = read_text(path, what="device profile")
     try:
         return tomllib.loads(text)
     except (ValueError, RecursionError) as error:  # TOMLDecodeError, or an integer of thousands of digits
