@@ -20,23 +20,11 @@ from edgeprune.cli import main
 from edgeprune.cli.common import positive_mb
 from edgeprune.errors import EdgepruneError
 from edgeprune.export import export  # imported here: its import-time noise must not count as a case's output
+from tests.test_device_profiles import GOOD as GOOD_PROFILE
 
 # --- what the cases are made of -------------------------------------------------------------------------------
 
-PROFILE = """name = "board"
-description = "a test board"
-[hardware]
-arch = "aarch64"
-cores = 4
-ram_mb = 4096
-[runtime]
-name = "executorch"
-threads = 4
-[budgets]
-max_mb = 25
-[connection]
-kind = "local"
-"""
+PROFILE = GOOD_PROFILE.lstrip()  # the valid profile of test_device_profiles, which every case below breaks
 SSH = PROFILE.replace('kind = "local"', 'kind = "ssh"\nhost = "pi5.local"\nuser = "pi"')
 ADB = PROFILE.replace('kind = "local"', 'kind = "adb"\nserial = "R5CX"')
 HARDWARE = '[hardware]\narch = "aarch64"\ncores = 4\nram_mb = 4096\n'
