@@ -39,6 +39,15 @@ def tiny_bert_dir(tmp_path_factory) -> Path:
     return folder
 
 
+@pytest.fixture
+def one_thread():
+    """One torch thread while a test trains: distillation steps on tiny models are faster, and repeatable."""
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(threads)
+
+
 @pytest.fixture(autouse=True)
 def isolated_cache(tmp_path, monkeypatch):
     monkeypatch.setenv("EDGEPRUNE_CACHE", str(tmp_path / "cache"))

@@ -9,13 +9,7 @@ from edgeprune.progress import Progress
 from edgeprune.recovery import DistillConfig, DistillData, distill, kl_to_teacher
 from edgeprune.recovery.losses import Outputs, distillation_loss, next_token_loss
 
-
-@pytest.fixture(autouse=True)
-def one_thread():
-    threads = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(threads)
+pytestmark = pytest.mark.usefixtures("one_thread")  # tests/conftest.py
 
 
 def _llama(seed=0):

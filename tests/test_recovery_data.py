@@ -35,12 +35,7 @@ def task(tiny_bert_dir, bbc_sample):
                       progress=QUIET)
 
 
-@pytest.fixture(autouse=True)
-def one_thread():
-    threads = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(threads)
+pytestmark = pytest.mark.usefixtures("one_thread")  # tests/conftest.py
 
 
 def _ids(batches):

@@ -19,12 +19,7 @@ CONFIG = DistillConfig(max_steps=2, eval_every=2, learning_rate=1e-3)
 LIMITS = dict(train_limit=32, validation_limit=32)
 
 
-@pytest.fixture(autouse=True)
-def one_thread():
-    threads = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(threads)
+pytestmark = pytest.mark.usefixtures("one_thread")  # tests/conftest.py
 
 
 @pytest.fixture

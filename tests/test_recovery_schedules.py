@@ -20,12 +20,7 @@ QUIET = Progress(enabled=False)
 CONFIG = DistillConfig(learning_rate=3e-3, warmup_steps=1, max_steps=8, eval_every=4, patience=0)
 
 
-@pytest.fixture(autouse=True)
-def one_thread():
-    threads = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(threads)
+pytestmark = pytest.mark.usefixtures("one_thread")  # tests/conftest.py
 
 
 def _teacher(layers=3):

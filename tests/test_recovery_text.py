@@ -27,12 +27,7 @@ SEPARATOR = 2
 WORDS = ["the", "market", "rose", "as", "shares", "fell", "game", "won", "team", "film", "music", "vote", "policy"]
 
 
-@pytest.fixture(autouse=True)
-def one_thread():
-    threads = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(threads)
+pytestmark = pytest.mark.usefixtures("one_thread")  # tests/conftest.py
 
 
 def _llama(seed=0, layers=3):
