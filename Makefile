@@ -4,7 +4,7 @@ VENV ?= .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 
-.PHONY: demo test test-fast lint install clean
+.PHONY: demo test test-fast test-board board board-stop lint install clean
 
 $(STAMP): pyproject.toml
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
@@ -28,6 +28,25 @@ test: $(STAMP)
 		|| (apt-get update -qq && DEBIAN_FRONTEND=noninteractive \
 		apt-get install -y -qq openssh-server openssh-client adb chromium mksh busybox)
 	$(BIN)/python -m pytest -q -rs
+
+# The emulated arm64 board (edgeprune/devices/emulated_board.py): Debian bookworm arm64 under QEMU user mode, over
+# ssh. Needs root. The first build (debootstrap) takes minutes and is cached under the edgeprune cache folder.
+BOARD_TOOLS = (command -v qemu-aarch64-static && command -v debootstrap && command -v update-binfmts \
+		&& command -v ssh && command -v ssh-keygen) >/dev/null \
+		|| (apt-get update -qq && DEBIAN_FRONTEND=noninteractive \
+		apt-get install -y -qq qemu-user-static binfmt-support debootstrap openssh-client)
+
+board: $(STAMP)
+	$(BOARD_TOOLS)
+	$(BIN)/python -m edgeprune.devices.emulated_board start
+
+board-stop: $(STAMP)
+	$(BIN)/python -m edgeprune.devices.emulated_board stop
+
+test-board: $(STAMP)
+	$(BOARD_TOOLS)
+	$(BIN)/python -m edgeprune.devices.emulated_board build
+	$(BIN)/python -m pytest -q -rs -m board tests/test_emulated_board.py
 
 test-fast: $(STAMP)
 	$(BIN)/python -m pytest -q -m "not integration"

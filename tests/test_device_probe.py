@@ -15,7 +15,7 @@ from edgeprune.errors import DeviceUnreachableError
 from tests.sshd import free_port, start_sshd
 
 KEYS = ["device", "connection", "arch", "cores", "ram_mb", "python", "python_path", "numpy", "runtimes", "sensors",
-        "ok", "problems"]
+        "emulated", "ok", "problems"]
 
 
 def this_machine(**changes):
@@ -28,6 +28,7 @@ def assert_this_machine(report: DeviceReport):
     assert report.arch == platform.machine() and report.cores == os.cpu_count() and report.ram_mb > 0
     assert report.python == platform.python_version() and report.python_path == sys.executable
     assert report.numpy is not None and report.runtimes["executorch"] is not None
+    assert report.emulated is None  # an x86_64 userland on an x86 CPU is no emulation
     assert set(report.sensors["power"]) == {"battery", "ina3221", "rapl", "tegrastats", "vcgencmd"}
     assert all(text.startswith(("readable: ", "unavailable: ")) for text in report.sensors["power"].values())
 

@@ -121,6 +121,11 @@ def test_an_ssh_profile_with_everything_optional(tmp_path):
          "hardware.clusters[0].cpus = [0, 9]; expected CPU numbers from 0 to 3"),
         ("ram_mb = 4096", 'ram_mb = 4096\n[[hardware.clusters]]\nname = "big"\ncpus = [0]\nghz = 2',
          "unknown key 'hardware.clusters[0].ghz'; allowed in [hardware.clusters[0]]: name, cpus, max_mhz"),
+        ("threads = 4", 'threads = 4\nenv = "edgeprune/env"', "runtime.env = 'edgeprune/env' must be an absolute"),
+        ("threads = 4", 'threads = 4\ninstall = ["litert", "onnx"]', "runtime.install = ['litert', 'onnx']; "
+         "supported: executorch, litert"),
+        ('description = "a test board"', 'description = "a test board"\nemulated = true',
+         "emulated = True has the wrong type; expected a string"),
     ],
 )
 def test_bad_connection_power_and_cluster_settings_are_named(tmp_path, old, new, message):
@@ -138,3 +143,12 @@ def test_an_adb_profile_needs_a_serial(tmp_path):
         load_profile(str(path))
     path.write_text(GOOD.replace('kind = "local"', 'kind = "adb"\nserial = "R5CX"\nadb_port = 5099'))
     assert load_profile(str(path)).endpoint.adb_port == 5099
+
+
+def test_the_emulated_board_profile_names_its_emulation_environment_and_runtimes():
+    board = load_profile("pi5-emulated")
+    assert board.emulated == "QEMU user mode on x86_64" and board.arch == "aarch64" and board.runtime == "litert"
+    assert board.env == "/home/pi/.edgeprune/env" and board.python == "/home/pi/.edgeprune/env/bin/python"
+    assert board.install == ("litert",) and board.endpoint.port == 2222 and not board.endpoint.key.startswith("~")
+    pi5 = load_profile("pi5")
+    assert pi5.env is None and pi5.install == () and pi5.emulated is None

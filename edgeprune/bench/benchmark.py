@@ -57,6 +57,8 @@ class BenchmarkResult:
     throttle_reasons: list[str] = field(default_factory=list)
     runner: str = "python"  # "python" (runner.py) or the native tool's name
     notes: list[str] = field(default_factory=list)
+    # e.g. "emulated (QEMU user mode on x86_64)": the figures are the emulator's, never a real board's
+    emulated: str | None = None
 
     @property
     def file_mb(self) -> float:
@@ -138,6 +140,8 @@ def benchmark_on(
                                _power_sensor(profile), idle_s)
     energy = data.pop("energy", {"unavailable": "the runner reported no energy"})
     result = BenchmarkResult(device=device, **data)
+    if result.emulated is None and profile is not None and profile.emulated:
+        result.emulated = f"emulated ({profile.emulated})"
     apply_energy(result, energy, profile.power if profile else None)
     return result
 

@@ -35,6 +35,8 @@ def render_bench_markdown(result: BenchmarkResult, artifact: Path, connection: s
         f"({result.runtime}, {result.threads} threads): {result.warmup_runs} warm-up and "
         f"{result.timed_runs} timed runs.",
         "",
+        *([f"**{result.emulated}**: these timings are the emulator's and say nothing about a real board; "
+           "do not compare them with, or scale them into, a real device's figures.", ""] if result.emulated else []),
         "| figure | value |",
         "|---|---|",
         f"| file size | {result.file_mb:.2f} MB |",

@@ -34,6 +34,25 @@ def peak_rss_mb() -> float:
         return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
 
 
+def emulation() -> str | None:
+    """How this process is emulated, else None: the board's own word (the emulated board writes
+    /etc/edgeprune-emulated), else a non-x86 userland on an x86 CPU, which only QEMU user mode shows."""
+    try:
+        with open("/etc/edgeprune-emulated") as marker:
+            said = marker.readline().strip()
+        if said:
+            return said
+    except OSError:
+        pass
+    machine = os.uname().machine
+    try:
+        with open("/proc/cpuinfo") as cpuinfo:
+            x86 = any(vendor in cpuinfo.read() for vendor in ("GenuineIntel", "AuthenticAMD"))
+    except OSError:
+        return None
+    return f"emulated (QEMU user mode on x86_64, as {machine})" if x86 and machine not in ("x86_64", "i686") else None
+
+
 def percentile(samples: list[float], q: float) -> float:
     ordered = sorted(samples)
     position = (len(ordered) - 1) * q / 100
@@ -155,6 +174,7 @@ def main() -> int:
         "peak_rss_mb": peak_rss_mb(),
         "file_bytes": os.path.getsize(args.artifact),
         "energy": energy,
+        "emulated": emulation(),
         **(sensors.meter.thermal_report(thermal) if sensors else {}),
     }
     json.dump(result, sys.stdout)

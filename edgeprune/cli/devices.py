@@ -1,4 +1,5 @@
-"""`edgeprune devices list|show|check`: the device profiles edgeprune knows, and whether a device answers."""
+"""`edgeprune devices list|show|check|setup`: the device profiles edgeprune knows, whether a device answers,
+and provisioning a board's environment with the profile's runtimes."""
 
 import argparse
 import dataclasses
@@ -15,10 +16,14 @@ EXIT_CHECK_FAILED = 1
 def add_parsers(verbs: argparse._SubParsersAction) -> None:
     devices = verbs.add_parser("devices", help="device profiles; check that a device answers",
                                epilog="list: exit 2 when a profile cannot be read (each such file is named on "
-                               "stderr; the others are listed)")
-    devices.add_argument("action", choices=["list", "show", "check"])
+                               "stderr; the others are listed). setup: exit 2 when the board does not qualify "
+                               "(arch, python, free disk or RAM), 5 when it cannot be reached")
+    devices.add_argument("action", choices=["list", "show", "check", "setup"])
     devices.add_argument("name", nargs="?")
     add_connection_arguments(devices)
+    devices.add_argument("--offline", action="store_true", help="setup: install from wheels this host downloads "
+                         "for the board and copies over, for boards without internet")
+    devices.add_argument("--json", action="store_true", help="setup: print what it found and did as JSON")
     devices.set_defaults(run=run_devices)
 
 
@@ -92,6 +97,14 @@ def run_devices(args: argparse.Namespace) -> int:
     if args.action == "show":
         print(json.dumps(to_jsonable(profile), indent=2))
         return EXIT_OK
+    if args.action == "setup":
+        from edgeprune.devices.setup import describe, setup_device
+
+        done = setup_device(profile, endpoint_from(profile, args), offline=args.offline)
+        print(json.dumps(done.to_dict(), indent=2) if args.json else describe(done))
+        return EXIT_OK
+    if args.offline:
+        raise UserInputError("--offline is for devices setup")
     report = probe_device(profile, endpoint_from(profile, args))
     for problem in report.problems:
         sys.stderr.write(f"edgeprune: {profile.name}: {problem}\n")

@@ -24,6 +24,14 @@ print(json.dumps({"python": sys.version.split()[0], "numpy": version("numpy"), "
 """
 
 
+# The board's word first (the emulated board writes /etc/edgeprune-emulated); else a non-x86 userland on an x86 CPU
+# (/proc/cpuinfo is the host kernel's under QEMU user mode, whatever uname -m says), which no real arm board shows.
+EMULATION_CHECK = ("e=$(head -n 1 /etc/edgeprune-emulated 2>/dev/null); "
+                   "if [ -z \"$e\" ] && [ \"$(uname -m)\" != x86_64 ] "
+                   "&& grep -qE 'GenuineIntel|AuthenticAMD' /proc/cpuinfo 2>/dev/null; then "
+                   "e=\"emulated (QEMU user mode on x86_64)\"; fi; echo \"${e:-none}\"")
+
+
 @dataclass
 class DeviceReport:
     """A device's answer to the probe. `problems` lists what differs from its profile; `ok` when none does."""
@@ -39,6 +47,7 @@ class DeviceReport:
     runtimes: dict[str, str | None]  # "executorch" and "litert" → installed version or None
     sensors: dict[str, Any] = field(default_factory=dict)  # "power"/"thermal" → reader → "readable: …"/"unavailable: …"
     problems: list[str] = field(default_factory=list)
+    emulated: str | None = None  # how the device is emulated (its timings are not the real board's), else None
 
     @property
     def ok(self) -> bool:
@@ -57,20 +66,24 @@ def probe_device(profile: DeviceProfile, endpoint: Endpoint | None = None) -> De
     Raises DeviceUnreachableError when it cannot be reached, UserInputError when it is no Linux shell, and
     EdgepruneError when its answer cannot be read.
     """
-    with open_transport(endpoint or profile.endpoint, profile.python) as transport:
+    from edgeprune.devices.setup import device_python
+
+    endpoint = endpoint or profile.endpoint
+    with open_transport(endpoint, device_python(profile, endpoint)) as transport:
         python = shlex.quote(transport.python)
         script = (f"uname -m; getconf _NPROCESSORS_ONLN 2>/dev/null || nproc; "
-                  f"awk '/^MemTotal:/ {{print int($2 / 1024)}}' /proc/meminfo; "
+                  f"awk '/^MemTotal:/ {{print int($2 / 1024)}}' /proc/meminfo; {EMULATION_CHECK}; "
                   f"command -v {python} || echo missing; {python} -c {shlex.quote(PROBE)} 2>/dev/null || echo null")
         done = transport.run(["sh", "-c", script], timeout_s=120)
         label = transport.label
         sensors = probe_sensors(transport) if done.exit_code == 0 else {}
     lines = done.stdout.strip().splitlines()
-    if done.exit_code != 0 or len(lines) < 5:
+    if done.exit_code != 0 or len(lines) < 6:
         answer = (done.stderr or done.stdout)[-300:]
         raise UserInputError(f"{label} did not answer the probe as a Linux shell: {answer}")
     try:
-        arch, cores, ram_mb, python_path = lines[0].strip(), int(lines[1]), int(lines[2]), lines[3].strip()
+        arch, cores, ram_mb, python_path = lines[0].strip(), int(lines[1]), int(lines[2]), lines[4].strip()
+        emulated = None if lines[3].strip() == "none" else lines[3].strip()
         versions = json.loads(lines[-1]) or {}
         if not isinstance(versions, dict):
             raise ValueError(f"expected a JSON object of versions, got {lines[-1][:80]!r}")
@@ -92,7 +105,7 @@ def probe_device(profile: DeviceProfile, endpoint: Endpoint | None = None) -> De
         problems.append(f"numpy, which the benchmark runner needs, is not installed for {python_path}")
     return DeviceReport(profile.name, label, arch, cores, ram_mb, versions.get("python"),
                         None if python_path == "missing" else python_path, versions.get("numpy"), runtimes,
-                        sensors, problems)
+                        sensors, problems, emulated or profile.emulated and f"emulated ({profile.emulated})")
 
 
 def probe_sensors(transport: Transport) -> dict[str, Any]:

@@ -38,7 +38,7 @@ class Key:
 
 
 SCHEMA: dict[str, dict[str, Key]] = {
-    "": {"name": Key(str), "description": Key(str)},
+    "": {"name": Key(str), "description": Key(str), "emulated": Key(str, False)},
     "hardware": {
         "arch": Key(str, choices=SUPPORTED_ARCHES), "cores": Key(int, positive=True),
         "ram_mb": Key(int, positive=True), "max_mhz": Key(int, False, positive=True),
@@ -47,7 +47,8 @@ SCHEMA: dict[str, dict[str, Key]] = {
     },
     "runtime": {"name": Key(str, choices=SUPPORTED_RUNTIMES), "threads": Key(int, positive=True),
                 "python": Key(str, False), "runner": Key(str, False, choices=SUPPORTED_RUNNERS),
-                "benchmark_model": Key(str, False), "executor_runner": Key(str, False)},
+                "benchmark_model": Key(str, False), "executor_runner": Key(str, False),
+                "env": Key(str, False), "install": Key(list, False)},
     "budgets": {"max_mb": Key(NUMBER, False, positive=True), "max_memory_mb": Key(NUMBER, False, positive=True),
                 "max_latency_ms": Key(NUMBER, False, positive=True),
                 "max_energy_mj": Key(NUMBER, False, positive=True)},
@@ -126,6 +127,9 @@ class DeviceProfile:
     max_energy_mj: float | None = None
     power: PowerModel | None = None
     endpoint: Endpoint = field(default_factory=Endpoint)
+    env: str | None = None  # the venv `edgeprune devices setup` makes on the device; its bin/python runs the runner
+    install: tuple[str, ...] = ()  # the runtimes `devices setup` installs; () means just `runtime`
+    emulated: str | None = None  # e.g. "QEMU user mode on x86_64": its timings say nothing about the real board
 
 
 def profile_dirs() -> list[Path]:
@@ -321,6 +325,13 @@ def _parse(path: Path) -> DeviceProfile:
         raise UserInputError(f"{path}: runtime.runner = 'native' needs runtime.benchmark_model (LiteRT) and/or "
                              "runtime.executor_runner (ExecuTorch): the device path of the benchmark binary")
 
+    env = runtime.get("env")
+    if env is not None and (not env.startswith("/") or any(c in env for c in "\n\r\0")):
+        raise UserInputError(f"{path}: runtime.env = {env!r} must be an absolute path on the device")
+    install = runtime.get("install", [])
+    if any(name not in SUPPORTED_RUNTIMES for name in install):
+        raise UserInputError(f"{path}: runtime.install = {install!r}; supported: {', '.join(SUPPORTED_RUNTIMES)}")
+
     def number(section: dict, key: str) -> Any:
         return None if key not in section else float(section[key])
 
@@ -332,8 +343,9 @@ def _parse(path: Path) -> DeviceProfile:
         max_mhz=hardware.get("max_mhz"), peak_gflops=number(hardware, "peak_gflops"),
         mem_bandwidth_gbs=number(hardware, "mem_bandwidth_gbs"),
         clusters=_clusters(path, hardware.get("clusters", []), hardware["cores"]),
-        python=runtime.get("python"), runner=runner, native_binaries=binaries,
+        python=runtime.get("python") or (f"{env}/bin/python" if env else None), runner=runner, native_binaries=binaries,
         max_memory_mb=number(budgets, "max_memory_mb"),
         max_latency_ms=number(budgets, "max_latency_ms"), max_energy_mj=number(budgets, "max_energy_mj"),
         power=power, endpoint=_endpoint(path, data["connection"]),
+        env=env, install=tuple(dict.fromkeys(install)), emulated=data.get("emulated"),
     )

@@ -73,7 +73,20 @@ def latency_at(benchmark: BenchmarkResult, percentile: int) -> float | None:
 def benchmark_source(benchmark: BenchmarkResult | None) -> str:
     if benchmark is None:
         return NOT_MEASURED
+    if benchmark.measured and benchmark.emulated:
+        return f"{MEASURED} on {benchmark.device}, {benchmark.emulated}"
     return f"{MEASURED} on {benchmark.device}" if benchmark.measured else ESTIMATED
+
+
+def emulation_note(result: FitResult) -> str | None:
+    """The reports' banner when any figure was measured on an emulated board, else None."""
+    labels = sorted({b.emulated for b in (a.benchmark for a in (result.dense, result.fitted, *result.candidates))
+                     if b is not None and b.emulated})
+    if not labels:
+        return None
+    return (f"the timings were measured on {result.device}, {' and '.join(labels)}. Timings under emulation are "
+            "the emulator's translation of arm64 code and say nothing about a real Pi or any real board; they are "
+            "not compared with, or scaled into, real-board figures.")
 
 
 def energy_source(benchmark: BenchmarkResult | None) -> str:

@@ -1,0 +1,243 @@
+"""The device path end to end on the emulated arm64 board (edgeprune/devices/emulated_board.py).
+
+The board is a Debian bookworm arm64 root whose own sshd, shell, Python and runtimes are aarch64 builds run
+by QEMU user mode; edgeprune reaches it only over ssh with strict host-key checking, as it would a Pi.
+These tests need root (chroot, mounts, binfmt_misc) and take minutes: they run in `make test-board`
+(`pytest -m board`), which installs qemu-user-static, binfmt-support and debootstrap. The root, the
+wheels and the board's runtime environment are cached under the edgeprune cache folder.
+"""
+
+import json
+import os
+import shutil
+import subprocess
+import threading
+import time
+import uuid
+from pathlib import Path
+
+import pytest
+import torch
+
+from edgeprune.cli import main
+from edgeprune.devices import emulated_board, load_profile
+from edgeprune.devices.setup import host_version, setup_device
+from edgeprune.export import export
+from edgeprune.models.classifier import EncoderClassifier
+from tests.conftest import tiny_bert
+from tests.sshd import free_port, keygen
+
+pytestmark = [pytest.mark.board, pytest.mark.integration]
+
+# read at import, before tests/conftest.py points EDGEPRUNE_CACHE at a fresh folder per test: the board's
+# root, the wheels for it and its environment are built once and kept here
+BOARD_CACHE = emulated_board.cache_dir()
+BUNDLED_PROFILE = Path(__file__).resolve().parents[1] / "devices" / "pi5-emulated.toml"
+LABEL = emulated_board.EMULATION_LABEL
+TINY = ["--max-length", "32", "--quiet", "--threads", "1"]
+
+
+def write_profile(folder: Path, board: emulated_board.Board, known_hosts: str | None = None,
+                  env: str | None = None) -> Path:
+    """The bundled pi5-emulated profile, pointed at this test's board (port, keys, and the CPUs QEMU shows)."""
+    text = BUNDLED_PROFILE.read_text()
+    text = text.replace("port = 2222", f"port = {board.port}").replace("cores = 2", f"cores = {os.cpu_count()}")
+    text = text.replace("threads = 2", "threads = 1")
+    text = text.replace('key = "~/.cache/edgeprune/board/id_ed25519"', f'key = "{board.identity}"')
+    text = text.replace('known_hosts = "~/.cache/edgeprune/board/known_hosts"',
+                        f'known_hosts = "{known_hosts or board.known_hosts}"')
+    if env:
+        text = text.replace('env = "/home/pi/.edgeprune/env"', f'env = "{env}"')
+    folder.mkdir(parents=True, exist_ok=True)
+    path = folder / "pi5-emulated.toml"
+    path.write_text(text)
+    return path
+
+
+def on_board(board: emulated_board.Board, command: str) -> subprocess.CompletedProcess:
+    """One command on the board over ssh, as a user would type it."""
+    return subprocess.run(["ssh", "-T", "-o", "BatchMode=yes", "-o", f"UserKnownHostsFile={board.known_hosts}",
+                           "-i", board.identity, "-p", str(board.port), f"{board.user}@127.0.0.1", command],
+                          capture_output=True, text=True, timeout=120)
+
+
+def show(request, line: str) -> None:
+    """Say what a first build cost, past pytest's capture: `make test-board` shows it."""
+    with request.config.pluginmanager.get_plugin("capturemanager").global_and_fixture_disabled():
+        print(f"\n{line}", flush=True)
+
+
+def board_processes(board: emulated_board.Board, word: str) -> list[int]:
+    """PIDs of processes running on the board (their root is the board's) with `word` in their command line."""
+    found = []
+    for pid in emulated_board.processes_in(Path(board.root)):
+        try:
+            if word.encode() in Path(f"/proc/{pid}/cmdline").read_bytes():
+                found.append(pid)
+        except OSError:
+            pass
+    return found
+
+
+@pytest.fixture(scope="module")
+def board(request, tmp_path_factory):
+    if "board" not in (request.config.getoption("markexpr") or ""):
+        pytest.skip("the emulated-board tests run in `make test-board` (pytest -m board): they need root and minutes")
+    if os.geteuid() != 0:
+        pytest.fail("the emulated board needs root (debootstrap, chroot, mounts)", pytrace=False)
+    missing = [tool for tool in ("qemu-aarch64-static", "debootstrap", "ssh", "ssh-keygen") if not shutil.which(tool)]
+    if missing:
+        pytest.fail(f"{', '.join(missing)} missing: run `make test-board`, which installs them", pytrace=False)
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setenv("EDGEPRUNE_CACHE", str(BOARD_CACHE))
+        costs = emulated_board.build()  # cached: {} unless the recipe changed
+        if costs:
+            show(request, f"built the board's arm64 root: {costs}")
+        started = emulated_board.start(port=free_port(), folder=tmp_path_factory.mktemp("board"))
+    yield started
+    emulated_board.stop(started)
+
+
+@pytest.fixture
+def profiles(board, tmp_path, monkeypatch):
+    """A device folder with the board's profile; this test's own environment record and the shared wheel cache."""
+    folder = tmp_path / "devices"
+    write_profile(folder, board)
+    monkeypatch.setenv("EDGEPRUNE_DEVICES", str(folder))
+    monkeypatch.setenv("XDG_CONFIG_HOME", str(tmp_path / "config"))
+    monkeypatch.setenv("EDGEPRUNE_CACHE", str(BOARD_CACHE))
+    return folder
+
+
+@pytest.fixture(scope="module")
+def provisioned(board, request, tmp_path_factory):
+    """The profile's environment on the board, set up once (a no-op when the cached root already holds it)."""
+    folder = tmp_path_factory.mktemp("provisioned")
+    profile = load_profile(str(write_profile(folder, board)))
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setenv("EDGEPRUNE_CACHE", str(BOARD_CACHE))
+        patch.setenv("XDG_CONFIG_HOME", str(folder / "config"))
+        report = setup_device(profile, offline=True)
+    assert not report.changed or report.installed
+    if report.changed:
+        show(request, f"set up the board's environment: install {report.install_s} s (wheels copied and installed), "
+                      f"first import {report.import_s}")
+    return report
+
+
+@pytest.fixture(scope="module")
+def artifacts(tmp_path_factory):
+    folder = tmp_path_factory.mktemp("artifacts")
+    torch.manual_seed(0)
+    model = EncoderClassifier(tiny_bert(), torch.nn.Linear(32, 5)).eval()
+    inputs = (torch.randint(1000, 30522, (1, 32)), torch.ones(1, 32, dtype=torch.long))
+    return {suffix: export(model, inputs, folder / f"tiny{suffix}", recipe).path
+            for recipe, suffix in (("fp32", ".pte"), ("litert-fp32", ".tflite"))}
+
+
+def test_setup_installs_the_runtime_then_does_nothing_and_check_reports_aarch64(board, profiles, tmp_path, capsys):
+    env = f"/home/pi/.edgeprune/test-{uuid.uuid4().hex[:8]}"  # fresh: this run must install
+    write_profile(profiles, board, env=env)
+    target = ["--ssh", board.target, "--identity", board.identity]
+    try:
+        assert main(["devices", "setup", "pi5-emulated", "--offline", "--json", *target]) == 0
+        first = json.loads(capsys.readouterr().out)
+        wanted = {"ai-edge-litert": host_version("ai-edge-litert"), "numpy": host_version("numpy")}
+        assert first["arch"] == "aarch64" and first["env"] == env and first["created_env"] is True
+        assert first["installed"] == wanted == first["wanted"] and first["changed"] is True
+        assert first["emulated"] == LABEL and first["os"].startswith("Debian GNU/Linux 12")
+        assert first["import_s"]["litert"] > 0
+
+        assert main(["devices", "setup", "pi5-emulated", "--offline", *target]) == 0
+        again = capsys.readouterr().out
+        assert "nothing to do: ai-edge-litert" in again and "installed from" not in again
+
+        assert main(["devices", "check", "pi5-emulated"]) == 0
+        check = json.loads(capsys.readouterr().out)
+        assert check["arch"] == "aarch64" and check["ok"] is True and check["problems"] == []
+        assert check["python_path"] == f"{env}/bin/python" and check["runtimes"]["litert"] == wanted["ai-edge-litert"]
+        assert check["numpy"] == wanted["numpy"] and check["emulated"] == LABEL
+        record = json.loads((tmp_path / "config" / "edgeprune" / "environments.json").read_text())
+        assert record[f"ssh:pi@127.0.0.1:{board.port}"]["python"] == f"{env}/bin/python"
+    finally:
+        on_board(board, f"rm -rf {env}")
+
+
+def test_bench_runs_a_tflite_on_the_board_with_emulated_figures(provisioned, profiles, artifacts, tiny_bert_dir,
+                                                                 tmp_path, capsys):
+    code = main(["bench", str(artifacts[".tflite"]), "--device", "pi5-emulated", "--model", str(tiny_bert_dir),
+                 "--out", str(tmp_path), "--json", "--runs", "5", "--warmup", "1", *TINY])
+    captured = capsys.readouterr()
+    assert code == 0, captured.err
+    result = json.loads(captured.out)
+    assert result["device"] == "pi5-emulated" and result["runtime"] == "litert"
+    assert result["emulated"] == LABEL and result["measured"] is True
+    assert len(result["latency_ms"]) == 5 and all(ms > 0 for ms in result["latency_ms"])
+    assert result["peak_rss_mb"] > 0
+    markdown = (tmp_path / "tiny.tflite.pi5-emulated.bench.md").read_text()
+    assert f"**{LABEL}**" in markdown and "say nothing about a real board" in markdown
+
+
+def test_a_wrong_host_key_is_refused(board, profiles, tmp_path, capsys):
+    other = keygen(tmp_path / "other_host_key")
+    wrong = tmp_path / "wrong_known_hosts"
+    wrong.write_text(f"[127.0.0.1]:{board.port} {' '.join(other.split()[:2])}\n")
+    write_profile(profiles, board, known_hosts=str(wrong))
+    code = main(["devices", "check", "pi5-emulated"])
+    err = capsys.readouterr().err
+    assert code == 5 and len(err.strip().splitlines()) == 1, err
+    assert "does not match the one in" in err and str(wrong) in err
+
+
+def test_a_timeout_leaves_no_runner_on_the_board(provisioned, board, profiles, artifacts, tiny_bert_dir, tmp_path,
+                                                 capsys):
+    seen: set[int] = set()
+    done = threading.Event()
+
+    def watch() -> None:  # the runner's PIDs on the board while the benchmark runs
+        while not done.is_set():
+            seen.update(board_processes(board, "edgeprune_runner.py"))
+            time.sleep(0.1)
+
+    watcher = threading.Thread(target=watch)
+    watcher.start()
+    try:
+        code = main(["bench", str(artifacts[".tflite"]), "--device", "pi5-emulated", "--model", str(tiny_bert_dir),
+                     "--out", str(tmp_path), "--runs", "10000000", "--warmup", "0", "--timeout-s", "20", *TINY])
+    finally:
+        done.set()
+        watcher.join()
+    err = capsys.readouterr().err
+    assert code == 6 and "ran past its 20 s timeout" in err, err
+    assert seen, "the runner never started on the board within the timeout"
+    deadline = time.monotonic() + 10
+    while board_processes(board, "edgeprune_runner.py") and time.monotonic() < deadline:
+        time.sleep(0.1)
+    assert not board_processes(board, "edgeprune_runner.py")
+    assert "edgeprune_runner" not in on_board(board, "ps ax -o args").stdout
+
+
+def test_fit_on_the_board_measures_its_candidates_there_and_labels_them(provisioned, profiles, tiny_bert_dir,
+                                                                        tmp_path, capsys):
+    out = tmp_path / "fit"
+    code = main(["fit", "--model", str(tiny_bert_dir), "--device", "pi5-emulated", "--max-mb", "50",
+                 "--recipe", "litert-fp32", "--ffn-fractions", "0", "--layer-removals", "0", "--no-trim-vocab",
+                 "--max-length", "32", "--scoring-examples", "16", "--quiet", "--out", str(out), "--json"])
+    result = json.loads(capsys.readouterr().out)
+    assert code == 0, result["message"]
+    assert result["device"] == "pi5-emulated" and result["status"] == "fit"
+    benchmarks = [result["dense"]["benchmark"], result["fitted"]["benchmark"],
+                  *(c["benchmark"] for c in result["candidates"] if c["benchmark"])]
+    assert len(benchmarks) >= 2
+    for bench in benchmarks:
+        assert bench["measured"] is True and bench["device"] == "pi5-emulated" and bench["runtime"] == "litert"
+        assert bench["emulated"] == LABEL and bench["p50_ms"] > 0
+    latency = next(c for c in result["fitted"]["checks"] if c["name"] == "latency p50")
+    assert latency["source"] == "measured" and latency["passed"] is True  # the profile's 2000 ms, on the board
+    markdown = (out / "report.md").read_text()
+    assert "**Emulated** — the timings were measured on pi5-emulated, " + LABEL in markdown
+    assert "say nothing about a real Pi" in markdown and f"measured, {LABEL}" in markdown
+    assert f"measured on pi5-emulated, {LABEL}" in markdown  # the budget table's source column
+    html = (out / "report.html").read_text()
+    assert 'id="emulated"' in html and "say nothing about a real Pi" in html
+    assert f"measured on pi5-emulated, {LABEL}" in html
