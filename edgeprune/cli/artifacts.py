@@ -40,6 +40,9 @@ def add_parsers(verbs: argparse._SubParsersAction) -> None:
 
     bench = verbs.add_parser(
         "bench", help="benchmark an artifact in a separate process on a device; save JSON and Markdown",
+        description="Inputs: shapes, dtypes and value ranges from the model.json beside the artifact (what fit "
+        "ships), else from the program's own input metadata; --task/--model/--data time it on the task's first "
+        "validation example instead.",
         epilog="exit codes: 0 done, 2 bad input, 4 the artifact is empty, cut off or not of its runtime, "
         "5 device unreachable, 6 a device command timed out")
     add_task_arguments(bench)
@@ -147,13 +150,16 @@ def run_bench(args: argparse.Namespace) -> int:
     endpoint = endpoint_from(profile, args)
     check_output_folder(args.out or args.artifact.parent, "--out" if args.out else "the artifact's folder (--out)",
                         empty=False)
-    with open_transport(endpoint, profile.python) as transport:
+    from edgeprune.devices.setup import device_python
+
+    with open_transport(endpoint, device_python(profile, endpoint)) as transport:
         transport.workdir  # noqa: B018 - connect now: an unreachable device fails before the model loads
         check_artifact(args.artifact, args.runtime)  # empty, cut off or of another format: exit 4, nothing run
-        task = task_from(args)
-        result = benchmark_on(transport, args.artifact, task.example_inputs("validation", 1)[0], args.runtime,
+        inputs, inputs_source = _bench_inputs(args)
+        result = benchmark_on(transport, args.artifact, inputs, args.runtime,
                               args.threads or profile.threads, args.warmup, args.runs, device=profile.name,
                               timeout_s=args.timeout_s, profile=profile, native_binary=args.binary)
+        result.notes.append(inputs_source)
         connection = transport.label
     folder = args.out or args.artifact.parent
     stem = f"{args.artifact.name}.{profile.name}.bench"
@@ -164,3 +170,16 @@ def run_bench(args: argparse.Namespace) -> int:
     if not args.quiet:
         sys.stderr.write(f"edgeprune: wrote {folder / stem}.json and .md\n")
     return EXIT_OK
+
+
+def _bench_inputs(args: argparse.Namespace) -> "tuple[tuple, str]":
+    """The task's first validation example when --task, --model or --data name one (checked against what the
+    program takes), else inputs built from the artifact's model.json or its own metadata: no task loads."""
+    from edgeprune.bench.inputs import artifact_inputs, check_inputs_fit
+
+    if any(getattr(args, name, None) is not None for name in ("task", "model", "data")):
+        task = task_from(args)
+        inputs = task.example_inputs("validation", 1)[0]
+        check_inputs_fit(inputs, args.artifact, args.runtime)
+        return inputs, f"inputs: the first validation example of task {task.name}"
+    return artifact_inputs(args.artifact, args.runtime)

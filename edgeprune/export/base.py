@@ -8,6 +8,7 @@ import torch
 from torch import nn
 
 from edgeprune.errors import VerificationError
+from edgeprune.export.program_facts import ProgramFacts
 from edgeprune.quantize.recipes import Recipe
 
 RunArtifact = Callable[..., list[torch.Tensor]]
@@ -38,3 +39,8 @@ class DeviceRuntime(ABC):
     @abstractmethod
     def load(self, path: Path, threads: int | None = None) -> RunArtifact:
         """A callable that runs the artifact on torch tensors and returns its outputs in order."""
+
+    @abstractmethod
+    def inspect(self, path: Path) -> ProgramFacts:
+        """What the artifact says about itself (inputs, outputs, operators, delegates), read by this runtime; a file
+        it cannot read is a VerificationError (exit 4)."""

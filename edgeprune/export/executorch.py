@@ -8,9 +8,13 @@ from torch import nn
 
 from edgeprune.errors import VerificationError
 from edgeprune.export.base import DeviceRuntime, RunArtifact
+from edgeprune.export.program_facts import ProgramFacts, RuntimeInfo, TensorSpec, package_version
 from edgeprune.quantize.recipes import Recipe
 
 EXTENDED_HEADER = b"eh00"  # after the identifier: program size, segment offset and segment size (little-endian)
+# ExecuTorch's ScalarType codes (executorch/exir/scalar_type.py) by numpy's names
+SCALAR_TYPES = {0: "uint8", 1: "int8", 2: "int16", 3: "int32", 4: "int64", 5: "float16", 6: "float32", 7: "float64",
+                11: "bool", 15: "bfloat16"}
 
 _threadpool_size: int | None = None
 
@@ -72,3 +76,63 @@ class ExecutorchRuntime(DeviceRuntime):
 
     def load(self, path: Path, threads: int | None = None) -> RunArtifact:
         return ExecutorchProgram(path, threads)
+
+    def inspect(self, path: Path) -> ProgramFacts:
+        """Inputs and outputs from the runtime's method metadata; operators and delegates from the program's
+        flatbuffer (its execution plan's operator and delegate tables)."""
+        from executorch.runtime import Runtime
+
+        try:
+            program = Runtime.get().load_program(str(path))
+            method = "forward" if "forward" in program.method_names else sorted(program.method_names)[0]
+            meta = program.metadata(method)
+            inputs = [_tensor_spec(meta.input_tensor_meta(i), f"input_{i}") for i in range(meta.num_inputs())]
+            outputs = [_tensor_spec(meta.output_tensor_meta(i), f"output_{i}") for i in range(meta.num_outputs())]
+        except (RuntimeError, ValueError, IndexError) as error:
+            message = " ".join(str(error).split())
+            raise VerificationError(f"executorch cannot read {path} ({message}); export it again") from None
+        version, operators, delegates = read_execution_plan(Path(path).read_bytes(), method)
+        return ProgramFacts(RuntimeInfo(self.name, "executorch", package_version("executorch"), version), method,
+                            inputs, outputs, operators, delegates,
+                            notes=["operators: the kernels the program calls outside its delegates; an app's "
+                                   "runtime must link them and the delegates' backends"])
+
+
+def _tensor_spec(info: object, name: str) -> TensorSpec:
+    code = int(info.dtype())  # type: ignore[attr-defined] - a pybind TensorInfo
+    return TensorSpec(name, [int(size) for size in info.sizes()],  # type: ignore[attr-defined]
+                      SCALAR_TYPES.get(code, f"scalar type {code}"))
+
+
+def read_execution_plan(data: bytes, method: str) -> tuple[int, list[str], list[str]]:
+    """(program version, operator names, delegate ids) of `method`'s execution plan, read from the flatbuffer by the
+    field order of executorch/exir/_serialize/program.fbs (Program.version, .execution_plan; ExecutionPlan.name,
+    .operators, .delegates; Operator.name, .overload; BackendDelegate.id)."""
+    from flatbuffers.number_types import Uint32Flags
+    from flatbuffers.table import Table
+
+    def field(index: int) -> int:  # a table field's slot in its vtable
+        return 4 + 2 * index
+
+    def tables(parent: Table, index: int) -> list[Table]:
+        offset = parent.Offset(field(index))
+        if not offset:
+            return []
+        start = parent.Vector(offset)
+        return [Table(parent.Bytes, parent.Indirect(start + 4 * j)) for j in range(parent.VectorLen(offset))]
+
+    def text(table: Table, index: int) -> str:
+        offset = table.Offset(field(index))
+        return table.String(offset + table.Pos).decode() if offset else ""
+
+    buffer = bytearray(data)
+    program = Table(buffer, int.from_bytes(data[0:4], "little"))
+    version_offset = program.Offset(field(0))
+    version = program.Get(Uint32Flags, version_offset + program.Pos) if version_offset else 0
+    plans = tables(program, 1)
+    plan = next((p for p in plans if text(p, 0) == method), plans[0] if plans else None)
+    if plan is None:
+        return version, [], []
+    operators = sorted({f"{text(op, 0)}.{text(op, 1)}" if text(op, 1) else text(op, 0) for op in tables(plan, 6)})
+    delegates = sorted({text(delegate, 0) for delegate in tables(plan, 7)})
+    return version, operators, delegates

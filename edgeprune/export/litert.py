@@ -5,6 +5,7 @@ graph, so the runner casts them."""
 
 import sys
 import tempfile
+from collections.abc import Iterable
 from contextlib import redirect_stdout
 from pathlib import Path
 
@@ -14,6 +15,7 @@ from torch import nn
 
 from edgeprune.errors import VerificationError
 from edgeprune.export.base import DeviceRuntime, RunArtifact
+from edgeprune.export.program_facts import ProgramFacts, RuntimeInfo, TensorSpec, package_version
 from edgeprune.quantize.recipes import Recipe
 
 # what the interpreter says of a valid model whose ops this machine's LiteRT lacks (the device's may have them)
@@ -28,8 +30,7 @@ class LiteRTProgram:
         self._interpreter = Interpreter(str(self.path), num_threads=threads or 1)
         self._runner = self._interpreter.get_signature_runner()
         details = self._runner.get_input_details()
-        # converted signatures name inputs args_0, args_1, ... in call order
-        self._inputs = sorted(details, key=lambda name: int(name.rsplit("_", 1)[-1]))
+        self._inputs = signature_order(details)
         self._dtypes = {name: details[name]["dtype"] for name in self._inputs}
         # a statically quantized graph can end in an int8 tensor (e.g. the logits of a quantized classifier):
         # read it back as float through its (scale, zero point)
@@ -43,8 +44,16 @@ class LiteRTProgram:
         outputs = self._runner(**feed)
         for name, (scale, zero_point) in self._output_quantization.items():
             outputs[name] = ((outputs[name].astype(np.float32) - zero_point) * scale).astype(np.float32)
-        return [torch.from_numpy(np.array(outputs[name])) for name in
-                sorted(outputs, key=lambda name: int(name.rsplit("_", 1)[-1]))]
+        return [torch.from_numpy(np.array(outputs[name])) for name in signature_order(outputs)]
+
+
+def signature_order(names: Iterable[str]) -> list[str]:
+    """Signature keys in call order: converted signatures name them args_0, args_1, ... and output_0, ..."""
+    def position(name: str) -> tuple[int, str]:
+        suffix = name.rsplit("_", 1)[-1]
+        return (int(suffix), name) if suffix.isdigit() else (1 << 30, name)
+
+    return sorted(names, key=position)
 
 
 class LiteRTRuntime(DeviceRuntime):
@@ -88,6 +97,57 @@ class LiteRTRuntime(DeviceRuntime):
 
     def load(self, path: Path, threads: int | None = None) -> RunArtifact:
         return LiteRTProgram(path, threads)
+
+    def inspect(self, path: Path) -> ProgramFacts:
+        """Inputs and outputs as the interpreter's signature runner takes and returns them, op codes from the model's
+        flatbuffer, and the delegate the interpreter applied when it loaded the model here."""
+        from ai_edge_litert.interpreter import Interpreter
+
+        try:
+            interpreter = Interpreter(str(path), num_threads=1)
+            interpreter.allocate_tensors()  # applies the default delegate (before a runner holds its tensors)
+            method = next(iter(interpreter.get_signature_list()))
+            runner = interpreter.get_signature_runner(method)
+            inputs = _tensor_specs(runner.get_input_details())
+            outputs = _tensor_specs(runner.get_output_details())
+        except (ValueError, RuntimeError, StopIteration) as error:
+            message = " ".join(str(error).split()) or "it has no signature"
+            raise VerificationError(f"litert cannot read {path} here ({message})") from None
+        schema_version, operators = read_op_codes(Path(path).read_bytes())
+        # the file names no delegate: the interpreter hands what it can to its default CPU delegate (XNNPACK) as it
+        # loads the model, leaving DELEGATE nodes in its graph (_get_ops_details: the interpreter's only op listing)
+        delegated = any(op.get("op_name") == "DELEGATE" for op in interpreter._get_ops_details())
+        note = ("delegates: applied by the LiteRT interpreter when it loaded the model here (its default XNNPACK CPU "
+                "delegate), not named in the file; an app enables XNNPACK in its interpreter options")
+        return ProgramFacts(RuntimeInfo(self.name, "ai-edge-litert", package_version("ai-edge-litert"), schema_version),
+                            method, inputs, outputs, operators, ["XNNPACK"] if delegated else [], notes=[note])
+
+
+def _tensor_specs(details: dict[str, dict]) -> list[TensorSpec]:
+    specs = []
+    for name in signature_order(details):
+        detail = details[name]
+        scale, zero_point = detail["quantization"]
+        specs.append(TensorSpec(name, [int(size) for size in detail["shape"]], np.dtype(detail["dtype"]).name,
+                                runtime_name=name,
+                                quantization=[float(scale), float(zero_point)] if scale > 0 else None))
+    return specs
+
+
+def read_op_codes(data: bytes) -> tuple[int, list[str]]:
+    """(schema version, op code names) of a .tflite flatbuffer: builtin names (FULLY_CONNECTED), custom op names."""
+    from ai_edge_litert import schema_py_generated as schema
+
+    builtin_names = {value: name for name, value in vars(schema.BuiltinOperator).items() if not name.startswith("_")}
+    model = schema.Model.GetRootAs(data, 0)
+    names = set()
+    for index in range(model.OperatorCodesLength()):
+        code = model.OperatorCodes(index)
+        # codes past 127 live in builtin_code; deprecated_builtin_code holds the code for older readers
+        builtin = max(code.BuiltinCode(), code.DeprecatedBuiltinCode())
+        custom = code.CustomCode()
+        names.add(custom.decode() if custom else builtin_names.get(builtin, f"BUILTIN_{builtin}"))
+    return int(model.Version()), sorted(names)
 
 
 def _quantize(float_path: Path, recipe: Recipe) -> bytes:

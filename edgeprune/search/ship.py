@@ -9,17 +9,22 @@ from pathlib import Path
 import torch
 
 from edgeprune.devices import DeviceProfile
+from edgeprune.export.manifest import MANIFEST_NAME, ModelManifest, TokenizerFacts, inspect_artifact
+from edgeprune.export.usage import USAGE_NAME, usage_markdown
+from edgeprune.quantize.trimmed_tokenizer import TokenizerRewrite, rewrite_tokenizer_files
 from edgeprune.quantize.vocabulary import VocabularyMap
 from edgeprune.search.budget import Budget
 from edgeprune.search.choice import format_value
 from edgeprune.search.options import FitOptions
 from edgeprune.search.result import BuiltArtifact
-from edgeprune.serialization import to_jsonable, write_json_atomic
+from edgeprune.serialization import to_jsonable, write_text_atomic
 from edgeprune.tasks.base import Task
+from edgeprune.tasks.text import TOKENIZER_FILES
 
 ARTIFACT_STEM = "model"  # the fitted artifact: model.pte or model.tflite
 VOCABULARY_NAME = "vocabulary.json"  # written when the vocabulary was trimmed: original ids → artifact ids
-SIGNATURE_NAME = "model.json"  # inputs, outputs and files the app needs
+LABELS_NAME = "labels.json"  # written by classification tasks
+BASELINE_DIR = "baseline"  # the dense baseline and its model.json: for the team, outside what the app ships
 
 
 def keep_only(fitted: BuiltArtifact, candidates: list[BuiltArtifact], work: Path) -> None:
@@ -34,21 +39,69 @@ def keep_only(fitted: BuiltArtifact, candidates: list[BuiltArtifact], work: Path
     fitted.path = name
 
 
-def ship_files(task: Task, work: Path, fitted: BuiltArtifact, vocabulary: VocabularyMap | None) -> list[str]:
-    """What the app needs: tokenizer or preprocessing, labels, the vocabulary map, the input signature."""
+def ship_files(task: Task, work: Path, fitted: BuiltArtifact, vocabulary: VocabularyMap | None,
+               baseline: BuiltArtifact | None = None) -> list[str]:
+    """What the app needs beside the artifact: tokenizer files (with the artifact's ids when the vocabulary was
+    trimmed) or preprocessing, labels, model.json read from the artifact, USAGE.md; returns their names.
+
+    The dense `baseline` moves into baseline/ (with its own model.json): it is for the team, not the app; its
+    `path` says where."""
     shipped = task.ship(work)
+    rewrite = None
     if vocabulary is not None:
-        vocabulary.save(work / VOCABULARY_NAME)
-        shipped.append(VOCABULARY_NAME)
-    signature = {
-        "artifact": fitted.path, "runtime_recipe": fitted.recipe,
-        "inputs": to_jsonable(task.input_signature()),
-        "outputs": _outputs(task), "metric": task.metric,
-        "vocabulary_map": VOCABULARY_NAME if vocabulary is not None else None,
-        "files": sorted(shipped),
-    }
-    write_json_atomic(work / SIGNATURE_NAME, signature)
-    return [*sorted(shipped), SIGNATURE_NAME]
+        vocabulary.save(work / VOCABULARY_NAME)  # the record of the trim; the app needs it only without a rewrite
+        rewrite = rewrite_tokenizer_files(work, vocabulary)
+        shipped = [name for name in shipped if name not in rewrite.dropped]
+        if not rewrite.gives_artifact_ids:
+            shipped.append(VOCABULARY_NAME)
+    labels = LABELS_NAME if LABELS_NAME in shipped else None
+    manifest = app_manifest(task, work / fitted.path, fitted.recipe, vocabulary, rewrite, sorted(shipped))
+    manifest.files = sorted([*shipped, USAGE_NAME])
+    manifest.save(work / MANIFEST_NAME)
+    write_text_atomic(work / USAGE_NAME, usage_markdown(manifest, labels))
+    if baseline is not None:
+        move_baseline(task, work, baseline)
+    return sorted([*shipped, USAGE_NAME, MANIFEST_NAME])
+
+
+def move_baseline(task: Task, work: Path, baseline: BuiltArtifact) -> None:
+    """The dense baseline into baseline/, described by baseline/model.json (bench reads it); `baseline.path` follows."""
+    folder = work / BASELINE_DIR
+    folder.mkdir(exist_ok=True)
+    name = Path(baseline.path).name
+    os.replace(work / baseline.path, folder / name)
+    baseline.path = f"{BASELINE_DIR}/{name}"
+    manifest = app_manifest(task, folder / name, baseline.recipe, None, None, [])
+    manifest.notes.append("the dense fp32 baseline the fitted artifact was compared with; not for the app")
+    manifest.save(folder / MANIFEST_NAME)
+
+
+def app_manifest(task: Task, artifact: Path, recipe: str, vocabulary: VocabularyMap | None,
+                 rewrite: TokenizerRewrite | None, shipped: list[str]) -> ModelManifest:
+    """The artifact's own manifest (read by its runtime), with the task's names, meanings and value ranges."""
+    manifest = inspect_artifact(artifact)
+    manifest.recipe, manifest.task, manifest.metric = recipe, task.kind, task.metric
+    if len(manifest.inputs) == len(task.input_names):
+        data = task.encode("validation")
+        for spec, name in zip(manifest.inputs, task.input_names, strict=True):
+            values = data[name]
+            if vocabulary is not None and name == task.input_names[0]:
+                values = vocabulary.apply(values)  # token ids as the trimmed artifact takes them
+            spec.name = name
+            spec.value_range = [values.min().item(), values.max().item()]
+    outputs = _outputs(task)
+    if len(manifest.outputs) == len(outputs):
+        for spec, described in zip(manifest.outputs, outputs, strict=True):
+            spec.name, spec.meaning = described["name"], described["meaning"]
+    tokenizer_files = [name for name in shipped if name in TOKENIZER_FILES]
+    if tokenizer_files:
+        manifest.tokenizer = TokenizerFacts(
+            files=tokenizer_files, gives_artifact_ids=rewrite is None or rewrite.gives_artifact_ids,
+            trimmed_vocabulary_size=len(vocabulary.kept_ids) if vocabulary is not None else None,
+            original_vocabulary_size=vocabulary.original_size if vocabulary is not None else None,
+            id_map=VOCABULARY_NAME if rewrite is not None and not rewrite.gives_artifact_ids else None,
+            note=rewrite.note if rewrite is not None else "the model's own tokenizer files")
+    return manifest
 
 
 def _outputs(task: Task) -> list[dict[str, str]]:
@@ -64,13 +117,17 @@ def _outputs(task: Task) -> list[dict[str, str]]:
     return outputs
 
 
-
-def summary(fits: bool, fitted: BuiltArtifact, budget: Budget, binding: list[str], suggestions: list[str]) -> str:
+def summary(fits: bool, fitted: BuiltArtifact, budget: Budget, binding: list[str], suggestions: list[str],
+            estimated: bool = False) -> str:
+    """The fit's one-line outcome; `estimated`: the device was not reachable and its figures were estimated here."""
     size = f"{fitted.file_bytes / 1e6:.2f} MB"
     heads = f"{fitted.describe()} (of {sum(fitted.plan['num_heads'])} heads)"
     measured = "; ".join(f"{c.name} {format_value(c.value)}{(' ' + c.unit) if c.unit else ''} "
                          f"(limit {format_value(c.limit)})"
                          for c in fitted.checks)
+    if fits and estimated:
+        return (f"fits every budget as ESTIMATED here, the device not being reachable (nothing was measured on it), "
+                f"with {fitted.recipe}, {heads}: {measured or size}")
     if fits:
         return f"fits every budget with {fitted.recipe}, {heads}: {measured or size}"
     return (f"cannot meet {', '.join(binding)}: the closest candidate is {size} ({fitted.recipe}, {heads}; "

@@ -1,0 +1,83 @@
+"""USAGE.md beside a shipped artifact: a short Python program that runs it with its runtime, written for the
+artifact's model.json (the tests run it as written)."""
+
+import json
+
+from edgeprune.export.artifacts import RUNTIMES
+from edgeprune.export.manifest import ModelManifest
+
+USAGE_NAME = "USAGE.md"
+EXAMPLE_TEXT = "The match ended in a draw after extra time."
+MAX_PRINTED_VALUES = 1024  # outputs up to this many values are printed in full, larger ones as shape and argmax
+
+
+def usage_markdown(manifest: ModelManifest, labels_file: str | None = None) -> str:
+    """The page: what the files are, then the program (run it in this folder)."""
+    tokenizer = manifest.tokenizer
+    files = ", ".join(f"`{name}`" for name in manifest.files) or "none"
+    lines = [
+        f"# Running {manifest.artifact}",
+        "",
+        f"`{manifest.artifact}` is {RUNTIMES.get(manifest.runtime.name).title}, read here with "
+        f"{manifest.runtime.package} {manifest.runtime.version}. `model.json` lists its inputs and outputs (name, "
+        "shape, dtype), the operators and delegates it uses and its sha256. Files that ship with it: " + files + ".",
+        "",
+    ]
+    if tokenizer is not None:
+        lines += [("The tokenizer's ids are the artifact's: feed them in as they are." if tokenizer.gives_artifact_ids
+                   else f"Map the tokenizer's ids through `{tokenizer.id_map}` before feeding them in."), ""]
+    lines += ["Run in this folder (Python):", "", "```python", *python_program(manifest, labels_file), "```", ""]
+    return "\n".join(lines)
+
+
+def python_program(manifest: ModelManifest, labels_file: str | None = None) -> list[str]:
+    """The snippet's lines: build the inputs, run the artifact, print the first output as JSON."""
+    text = manifest.tokenizer is not None and manifest.tokenizer.gives_artifact_ids
+    runtime = manifest.runtime.name
+    lines = ["import json", "", "import numpy as np"]
+    if runtime == "executorch":
+        lines += ["import torch", "from executorch.runtime import Runtime"]
+    else:
+        lines += ["from ai_edge_litert.interpreter import Interpreter"]
+    if text:
+        lines += ["from transformers import AutoTokenizer"]
+    lines += ["", 'spec = json.load(open("model.json"))']
+    if text:
+        lines += [
+            'tokenizer = AutoTokenizer.from_pretrained(".")  # gives the artifact ids: no id map',
+            'length = spec["inputs"][0]["shape"][-1]',
+            f"texts = [{json.dumps(EXAMPLE_TEXT)}]",
+            'tokens = tokenizer(texts, padding="max_length", truncation=True, max_length=length,',
+            '                   return_tensors="np")',
+            'arrays = {i["name"]: tokens[i["name"]].astype(i["dtype"]) for i in spec["inputs"]}',
+        ]
+    else:
+        lines += ['# replace with your preprocessed inputs: one array per entry of spec["inputs"]',
+                  'arrays = {i["name"]: np.zeros(i["shape"], dtype=i["dtype"]) for i in spec["inputs"]}']
+    if runtime == "executorch":
+        lines += [
+            'method = Runtime.get().load_program(spec["artifact"]).load_method(spec["method"])',
+            'outputs = method.execute([torch.from_numpy(arrays[i["name"]]) for i in spec["inputs"]])',
+            "first = outputs[0].numpy()",
+        ]
+    else:
+        lines += [
+            'runner = Interpreter(spec["artifact"]).get_signature_runner(spec["method"])',
+            'outputs = runner(**{i["runtime_name"]: arrays[i["name"]] for i in spec["inputs"]})',
+            'first = outputs[spec["outputs"][0]["runtime_name"]]',
+        ]
+    if manifest.outputs and manifest.outputs[0].quantization is not None:
+        lines += ['scale, zero_point = spec["outputs"][0]["quantization"]  # an integer output of real values',
+                  "first = (first.astype(np.float32) - zero_point) * scale"]
+    name = manifest.outputs[0].name if manifest.outputs else "output"
+    size = 1
+    for dimension in (manifest.outputs[0].shape if manifest.outputs else []):
+        size *= dimension
+    lines += [f'result = {{"output": {json.dumps(name)}, "shape": list(first.shape),',
+              '          "argmax": int(first.argmax())}']
+    if size <= MAX_PRINTED_VALUES:
+        lines += ['result["values"] = first.flatten().tolist()']
+    if labels_file is not None:
+        lines += [f'result["label"] = json.load(open({json.dumps(labels_file)}))["labels"][int(first.argmax())]']
+    lines += ["print(json.dumps(result))"]
+    return lines
