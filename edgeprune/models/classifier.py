@@ -66,8 +66,9 @@ class CausalLMLogits(nn.Module):
         super().__init__()
         self.model = model
 
-    def forward(self, input_ids: torch.Tensor) -> tuple[torch.Tensor]:
-        return (self.model(input_ids=input_ids, use_cache=False).logits,)
+    def forward(self, input_ids: torch.Tensor, attention_mask: torch.Tensor | None = None) -> tuple[torch.Tensor]:
+        # the mask is for scoring batches (the text convention of the head criteria); the artifact takes ids only
+        return (self.model(input_ids=input_ids, attention_mask=attention_mask, use_cache=False).logits,)
 
 
 class ImageClassifier(nn.Module):

@@ -35,6 +35,14 @@ from edgeprune.models.classifier import (
     ImageClassifier,
     SequenceClassifier,
 )
+from edgeprune.models.hub import model_folder
+from edgeprune.models.interop import (
+    add_remote_code,
+    copy_companion_files,
+    source_folder,
+    stock_class,
+    strip_remote_code,
+)
 from edgeprune.models.structure import Structure, apply_structure, structure_of
 
 MANIFEST_NAME = "edgeprune.json"
@@ -57,18 +65,23 @@ WRAPPERS: dict[str, tuple[type[nn.Module], str, tuple[str, ...], tuple[str, ...]
 }
 
 
-def save(model: nn.Module, directory: str | Path) -> Path:
+def save(model: nn.Module, directory: str | Path, *, source: str | Path | None = None) -> Path:
     """Write `model`, pruned or not, to `directory`; `load` reads it back with the same structure and outputs.
 
     A transformers model becomes a Hugging Face folder, an edgeprune wrapper (EncoderClassifier, ...) that
-    folder plus its head, any other nn.Module its state_dict and structure (load it with `model=`)."""
+    folder plus its head, any other nn.Module its state_dict and structure (load it with `model=`). A Hugging Face
+    folder also loads with stock `transformers.AutoModel.from_pretrained(directory, trust_remote_code=True)`
+    (`edgeprune.models.interop`), and keeps the tokenizer and sentence-transformers files of `source`, the folder
+    the model came from (default: the folder its config was read from, when that still exists)."""
     from transformers import PreTrainedModel
 
     directory = Path(directory)
     if directory.exists() and not directory.is_dir():
         raise UserInputError(f"cannot save to {directory}: it is a file, not a folder")
     wrapper = _wrapper_name(model)
+    inner = None
     if isinstance(model, PreTrainedModel):
+        inner = model
         manifest = {"kind": "transformers", "structure": _save_transformers(model, directory)}
     elif wrapper is not None:
         cls, attribute, linears, options = WRAPPERS[wrapper]
@@ -85,6 +98,12 @@ def save(model: nn.Module, directory: str | Path) -> Path:
     manifest = {"format": FORMAT_VERSION, "class": wrapper or type(model).__qualname__, **manifest}
     if manifest["structure"] is not None:
         manifest["structure"] = manifest["structure"].to_dict()
+    if inner is not None:
+        base = inner.base_model  # the flags of the base model the remote AutoModel class builds
+        add_remote_code(inner, directory, construction_options(stock_class(type(base)), set(base.state_dict())))
+        origin = source_folder(inner) if source is None else Path(source)
+        if origin is not None and origin.is_dir():
+            copy_companion_files(origin, directory)
     (directory / MANIFEST_NAME).write_text(json.dumps(manifest, indent=2) + "\n", encoding="utf-8")
     return directory
 
@@ -97,7 +116,7 @@ def load(directory: str | Path, dtype: torch.dtype = torch.float32, *, model: nn
     modules `load` builds itself."""
     directory = Path(directory)
     if not directory.is_dir():
-        raise UserInputError(f"{directory} is not a folder; pass a folder written by edgeprune.save")
+        directory = model_folder(directory, "pass a folder written by edgeprune.save, or a Hugging Face model id")
     manifest = _read_manifest(directory)
     record = manifest.get("structure")
     structure = None if record is None else Structure.from_dict(record, str(directory / MANIFEST_NAME))
@@ -289,6 +308,7 @@ def _dense_config(config: Any, structure: Structure | None) -> Any:
     from edgeprune.models import ADAPTERS
 
     dense_config = copy.deepcopy(config)
+    strip_remote_code(dense_config)
     for key in (KEPT_HEADS_CONFIG_KEY, INTERMEDIATE_SIZES_CONFIG_KEY):
         if hasattr(dense_config, key):
             delattr(dense_config, key)
