@@ -92,6 +92,6 @@ def test_empty_data_and_not_utf8(tmp_path):
 def test_a_folder_given_as_jsonl_is_refused(tmp_path):
     with pytest.raises(UserInputError, match=r"the jsonl format reads a file, but .* is a folder"):
         load_examples(tmp_path, format="jsonl")
-    with pytest.raises(UserInputError, match=r"unknown data format 'parquet'; choose one of: csv, image-folder, "
-                                             r"jsonl, text-folder"):
+    with pytest.raises(UserInputError, match=r"unknown data format 'parquet'; choose one of: csv, hf-dataset, "
+                                             r"image-folder, jsonl, text-folder"):
         load_examples(tmp_path, format="parquet")

@@ -5,7 +5,7 @@ import torch
 
 from edgeprune.errors import UserInputError
 from edgeprune.tasks import make_task
-from edgeprune.tasks.image_classification import pixel_values, preprocessing_for
+from edgeprune.tasks.image_preprocessing import image_processor_for, pixel_values, preprocessing_for
 from tests._byo import tiny_vit_dir, write_image_folder
 
 
@@ -37,8 +37,8 @@ def test_preprocessing_follows_the_folders_config(tmp_path):
     (folder / "preprocessor_config.json").write_text('{"size": {"height": 16, "width": 16}, "image_mean": [0, 0, 0], '
                                                      '"image_std": [1, 1, 1], "rescale_factor": 0.00392156862745098}')
     preprocessing = preprocessing_for(folder)
-    white = pixel_values(Image.new("RGB", (40, 30), (255, 255, 255)), preprocessing)
-    assert white.shape == (3, 16, 16) and torch.allclose(white, torch.ones_like(white))
+    white = pixel_values([Image.new("RGB", (40, 30), (255, 255, 255))], image_processor_for(folder), preprocessing)
+    assert white.shape == (1, 3, 16, 16) and torch.allclose(white, torch.ones_like(white))
 
 
 def test_an_image_that_does_not_decode_is_named(tmp_path):

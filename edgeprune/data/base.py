@@ -26,15 +26,23 @@ class LabeledText:
 
 @dataclass(frozen=True)
 class LabeledImage:
-    path: str  # the image file, decoded on demand
+    path: str  # the image file, decoded on demand ("" when the image came in memory, as `encoded`)
     label: str  # "" when the data is unlabelled
-    source: str  # <class>/<file name>, for the record
+    source: str  # <class>/<file name>, or where in an in-memory data set; for the record
+    encoded: bytes | None = field(default=None, repr=False, compare=False)  # the image file's bytes (PNG, JPEG, ...)
+    digest: str = ""  # of `encoded`: records (and the cache keys made from them) change when the image does
+
+    def load(self, mode: str = "RGB") -> "Image.Image":
+        """The image decoded with Pillow and converted to `mode` ("RGB", "L" for grayscale, ...)."""
+        from edgeprune.data.images import decode_as  # Pillow is imported only when an image is loaded
+
+        if self.encoded is not None:
+            return decode_as(self.encoded, mode, self.source)
+        return decode_as(Path(self.path), mode)
 
     def load_rgb(self) -> "Image.Image":
         """The image decoded with Pillow and converted to RGB."""
-        from edgeprune.data.images import decode_rgb  # Pillow is imported only when an image is loaded
-
-        return decode_rgb(Path(self.path))
+        return self.load("RGB")
 
 
 @dataclass(frozen=True)
@@ -61,10 +69,11 @@ Loader = Callable[[Path, str, str | None], Examples]  # (path, text column, labe
 @dataclass(frozen=True)
 class DataFormat:
     name: str  # the registry name, e.g. "csv"
-    kind: ExampleKind
-    folder: bool  # True: a folder with one sub-folder per label; False: a single file
+    kind: ExampleKind | Literal["text or image"]  # the latter: the data itself says which
+    folder: bool  # True: a folder (one sub-folder per label, or a format's own layout); False: a single file
     suffixes: tuple[str, ...]  # a file's own suffix, or for a folder the suffixes of the files in its sub-folders
     load: Loader
+    detect: Callable[[Path], bool] | None = None  # for a folder with its own layout: whether a folder is one
 
 
 @dataclass(frozen=True)
@@ -102,11 +111,13 @@ def read_text(path: Path, *, what: str = "file", fallback_encoding: str | None =
                              "save it as UTF-8") from None
 
 
-def missing_column(what: str, path: Path, column: str, role: str, columns: list[str]) -> UserInputError:
+def missing_column(what: str, path: Path | str, column: str, role: str, columns: list[str]) -> UserInputError:
+    """`what` and `path` name the data ("CSV file", "data/x.csv"); either may be "" when the other says it all."""
     advice = f"name the {role} column with --{role}-column"
     if role == "label":
         advice += " (unlabelled data, e.g. for the embedding and causal-lm tasks, needs none)"
-    return UserInputError(f"{what} {path} has no column {column!r}; its columns are: "
+    where = " ".join(part for part in (what, str(path)) if part)
+    return UserInputError(f"{where} has no column {column!r}; its columns are: "
                           f"{', '.join(repr(c) for c in columns) or 'none'}; {advice}")
 
 

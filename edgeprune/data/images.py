@@ -1,6 +1,7 @@
-"""Decoding one image file with Pillow: a leaf module, so the data values (`LabeledImage`) and the image-folder
-format both use it without importing each other."""
+"""Decoding one image (a file, or the encoded bytes of an in-memory data set) with Pillow: a leaf module, so the
+data values (`LabeledImage`) and the image formats all use it without importing each other."""
 
+import io
 from pathlib import Path
 
 from PIL import Image, UnidentifiedImageError
@@ -10,10 +11,12 @@ from edgeprune.errors import UserInputError
 DECODE_ERRORS = (OSError, SyntaxError, ValueError, Image.DecompressionBombError)  # what Pillow raises on bad files
 
 
-def decode_image(path: Path) -> Image.Image:
-    """The image as RGB; Pillow's own errors (DECODE_ERRORS) pass through."""
-    with Image.open(path) as image:
-        return image.convert("RGB")  # convert() decodes the whole image, so truncated files fail here
+def decode_image(source: Path | bytes, mode: str = "RGB") -> Image.Image:
+    """The image converted to the Pillow `mode` ("RGB"; "L" is grayscale, ITU-R 601-2 luma when the file is in
+    colour); `source` is a file or an encoded image (PNG, JPEG, ...). Pillow's own errors (DECODE_ERRORS) pass
+    through."""
+    with Image.open(io.BytesIO(source) if isinstance(source, bytes) else source) as image:
+        return image.convert(mode)  # convert() decodes the whole image, so truncated files fail here
 
 
 def decode_failure(error: Exception) -> str:
@@ -25,10 +28,16 @@ def decode_failure(error: Exception) -> str:
     return str(error)
 
 
+def decode_as(source: Path | bytes, mode: str, name: str | None = None) -> Image.Image:
+    """An image decoded with Pillow into `mode`; an unreadable or broken image is a user error naming it (`name`,
+    else the file)."""
+    try:
+        return decode_image(source, mode)
+    except DECODE_ERRORS as error:
+        raise UserInputError(f"image {name or source} does not decode ({decode_failure(error)}); replace it with a "
+                             "valid image or remove it") from None
+
+
 def decode_rgb(path: Path) -> Image.Image:
     """An image file decoded with Pillow, as RGB; an unreadable or broken file is a user error naming it."""
-    try:
-        return decode_image(path)
-    except DECODE_ERRORS as error:
-        raise UserInputError(f"image {path} does not decode ({decode_failure(error)}); replace it with a valid "
-                             "image or remove it") from None
+    return decode_as(path, "RGB")

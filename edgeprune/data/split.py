@@ -1,7 +1,8 @@
 """A deterministic, seeded split into calibration, validation and test data; stratified by label when labelled.
 
 The split depends on the seed, the ratios and the examples themselves (a text's content, an image's
-`<class>/<file>` name), not on the order in which rows or files were read: reordering a CSV gives the same split.
+`<class>/<file>` name or, for an image of an in-memory data set, a digest of its bytes), not on the order in which
+rows or files were read: reordering a CSV gives the same split.
 Each example's place comes from a keyed hash of its content, so identical texts sit next to each other and land in
 the same split unless a cut falls between them.
 """
@@ -61,7 +62,7 @@ class DataSplits:
 
 def _order(seed: int) -> Callable[[Example], tuple]:
     def key(example: Example) -> tuple:
-        content = example.text if isinstance(example, LabeledText) else example.source
+        content = _content(example)
         digest = hashlib.blake2b(f"{seed}\x00{content}".encode(), digest_size=16).digest()
         return digest, content, example.source, example.label
 
@@ -76,7 +77,10 @@ def _cut(count: int, ratios: SplitRatios) -> tuple[int, int]:
 
 
 def _content(example: Example) -> str:
-    return example.text if isinstance(example, LabeledText) else example.source
+    """What identifies an example: a text; an in-memory image's digest, or an image file's <class>/<file> name."""
+    if isinstance(example, LabeledText):
+        return example.text
+    return example.digest or example.source
 
 
 def _clean_cuts(ordered: list[Example], n_calibration: int, n_validation: int) -> tuple[int, int]:

@@ -1,14 +1,12 @@
 """Image classification with a vision transformer: top-1 and top-5, per class, through the model's own head
 or a linear head fitted on the [CLS] features of the calibration images."""
 
-import math
 import time
 from dataclasses import dataclass
 from functools import cached_property
 from pathlib import Path
 from typing import Any
 
-import numpy as np
 import torch
 import torch.nn.functional as F
 from torch import nn
@@ -17,72 +15,13 @@ from edgeprune.errors import UserInputError
 from edgeprune.models.classifier import ImageClassifier
 from edgeprune.serialization import write_json_atomic
 from edgeprune.tasks.base import Batch, Quality, Split, Task, Teacher
-from edgeprune.tasks.compatibility import VISION, read_config
+from edgeprune.tasks.compatibility import VISION
+from edgeprune.tasks.image_preprocessing import ImagePreprocessing, image_processor_for, pixel_values, preprocessing_of
 from edgeprune.tasks.metrics import classification_report
 from edgeprune.tasks.text import load_model_folder, model_architecture
 from edgeprune.tasks.text_classification import HEADS, fit_linear_head
 
-IMAGENET_HALF = [0.5, 0.5, 0.5]  # ViT's default normalization when the folder has no preprocessor config
-
-
-@dataclass(frozen=True)
-class ImagePreprocessing:
-    """What the app must do to an RGB image before the artifact sees it."""
-
-    height: int
-    width: int
-    mean: list[float]
-    std: list[float]
-    rescale: float = 1 / 255
-    resample: str = "bilinear"
-    channels: str = "RGB, channels first"
-
-
-def preprocessing_for(folder: Path) -> ImagePreprocessing:
-    import json
-
-    config = read_config(folder)
-    size = getattr(config, "image_size", 224)
-    settings: dict[str, Any] = {}
-    processor_file = folder / "preprocessor_config.json"
-    if processor_file.is_file():
-        try:
-            settings = json.loads(processor_file.read_bytes().decode("utf-8-sig"))
-        except OSError as error:
-            raise UserInputError(f"cannot read {processor_file}: {error.strerror or error}") from None
-        except (ValueError, RecursionError) as error:  # JSON syntax or non-UTF-8 bytes
-            raise UserInputError(f"{processor_file} is not valid JSON: {error}") from None
-        if not isinstance(settings, dict):
-            raise UserInputError(f"{processor_file} must hold a JSON object")
-    try:
-        shape = settings.get("size", {"height": size, "width": size})
-        if isinstance(shape, int):
-            shape = {"height": shape, "width": shape}
-        preprocessing = ImagePreprocessing(int(shape.get("height", size)), int(shape.get("width", size)),
-                                           [float(v) for v in settings.get("image_mean", IMAGENET_HALF)],
-                                           [float(v) for v in settings.get("image_std", IMAGENET_HALF)],
-                                           float(settings.get("rescale_factor", 1 / 255)))
-    except (AttributeError, TypeError, ValueError, OverflowError) as error:
-        raise UserInputError(f"the image settings of {folder} (config.json image_size, preprocessor_config.json "
-                             f"size, image_mean, image_std, rescale_factor) are not numbers as expected: {error}"
-                             ) from None
-    numbers = [preprocessing.rescale, *preprocessing.mean, *preprocessing.std]
-    if not (0 < preprocessing.height <= 8192 and 0 < preprocessing.width <= 8192 and len(preprocessing.mean) == 3
-            and len(preprocessing.std) == 3 and all(math.isfinite(v) for v in numbers)
-            and all(v > 0 for v in preprocessing.std)):
-        raise UserInputError(f"the image settings of {folder} are out of range: {preprocessing}; expected a size "
-                             "from 1 to 8192 pixels, three finite means and three positive standard deviations")
-    return preprocessing
-
-
-def pixel_values(image: Any, preprocessing: ImagePreprocessing) -> torch.Tensor:
-    """[3, H, W] float tensor from a PIL image, as the model was trained to see it."""
-    from PIL import Image
-
-    resized = image.convert("RGB").resize((preprocessing.width, preprocessing.height), Image.Resampling.BILINEAR)
-    array = np.asarray(resized, dtype=np.float32) * preprocessing.rescale
-    array = (array - np.asarray(preprocessing.mean, dtype=np.float32)) / np.asarray(preprocessing.std, dtype=np.float32)
-    return torch.from_numpy(array.transpose(2, 0, 1).copy())
+DECODE_CHUNK = 64  # images decoded and processed at a time: bounded memory for the decoded images
 
 
 @dataclass
@@ -106,8 +45,13 @@ class ImageClassificationTask(Task):
         return self.head == "model" or (self.head == "auto" and own)
 
     @cached_property
+    def image_processor(self) -> Any:
+        """transformers' image processor of the model folder, checked against the model's channels."""
+        return image_processor_for(self.model_path)
+
+    @cached_property
     def preprocessing(self) -> ImagePreprocessing:
-        return preprocessing_for(self.model_path)
+        return preprocessing_of(self.image_processor, self.model_path)
 
     @cached_property
     def labels(self) -> list[str]:
@@ -140,10 +84,13 @@ class ImageClassificationTask(Task):
                                      "images of them or change the split ratios")
             with self.progress.task(f"decoding the {split} images", len(items)) as bar:
                 pixels = []
-                for item in items:
-                    pixels.append(pixel_values(item.load_rgb(), self.preprocessing))
-                    bar.advance(1)
-            encoded[split] = {"pixel_values": torch.stack(pixels),
+                for start in range(0, len(items), DECODE_CHUNK):
+                    chunk = items[start:start + DECODE_CHUNK]
+                    images = [item.load(self.preprocessing.mode) for item in chunk]
+                    pixels.append(pixel_values(images, self.image_processor, self.preprocessing,
+                                               [item.source for item in chunk]))
+                    bar.advance(len(chunk))
+            encoded[split] = {"pixel_values": torch.cat(pixels),
                               "labels": torch.tensor([index[item.label] for item in items], dtype=torch.long)}
         return encoded
 
@@ -183,7 +130,9 @@ class ImageClassificationTask(Task):
     def ship(self, folder: Path) -> list[str]:
         write_json_atomic(folder / "preprocessing.json", vars(self.preprocessing))
         write_json_atomic(folder / "labels.json", {"labels": self.labels, "output": "logits, one per label"})
-        return ["preprocessing.json", "labels.json"]
+        # the processor itself, so that a Python app gets the same pixels from AutoImageProcessor.from_pretrained
+        self.image_processor.save_pretrained(folder)
+        return ["preprocessing.json", "preprocessor_config.json", "labels.json"]
 
     def options_key(self) -> str:
         return f"head={self.head}|{self.preprocessing}"
