@@ -1,11 +1,48 @@
-"""Progress for people on stderr: the current stage, counts, elapsed time. Results go to stdout."""
+"""Progress for people on stderr: the current stage, counts, elapsed time. Results go to stdout.
 
+On a terminal a counted stage (the teacher's pass, scoring, distillation, evaluation) is a bar with its rate and
+ETA (tqdm); anywhere else (a log file, CI, a pipe) every message is a plain line stamped with the time since the
+start, a counted stage one line every `interval_s`. `--quiet` turns progress off (errors, and warnings about the
+result, still show); `quiet_third_party` hides what the libraries underneath print unless `--verbose`.
+"""
+
+import logging
+import os
 import sys
 import time
+import warnings
 from collections.abc import Iterable, Iterator, Mapping, Sized
 from contextlib import contextmanager
 from dataclasses import dataclass, field
-from typing import TextIO
+from typing import Any, TextIO
+
+
+@dataclass
+class Verbosity:
+    """How chatty the command line is: set once by the CLI from --quiet and --verbose."""
+
+    quiet: bool = False
+    verbose: bool = False
+
+
+VERBOSITY = Verbosity()
+# the libraries whose logging and warnings are noise to an edgeprune user: load reports, optional kernels not found
+NOISY_LIBRARIES = ("transformers", "torchao", "torch", "executorch", "huggingface_hub", "sentence_transformers",
+                   "datasets", "absl", "tensorflow", "litert_torch", "ai_edge_litert", "ai_edge_torch", "jax")
+
+
+def is_terminal(stream: TextIO) -> bool:
+    try:
+        return stream.isatty()
+    except (AttributeError, ValueError):  # a closed or a bare file-like stream
+        return False
+
+
+def terminal_width(stream: TextIO) -> int:
+    try:
+        return os.get_terminal_size(stream.fileno()).columns
+    except (AttributeError, ValueError, OSError):
+        return 0
 
 
 @dataclass
@@ -15,6 +52,7 @@ class Bar:
     total: int
     done: int = 0
     last_print: float = 0.0
+    drawn: Any = None  # the tqdm bar on a terminal; None when progress is written as lines
 
     def track(self, batches: Iterable[Mapping[str, Sized]]) -> Iterator[Mapping[str, Sized]]:
         """Pass batches through, advancing by each batch's size."""
@@ -24,6 +62,9 @@ class Bar:
 
     def advance(self, count: int = 1) -> None:
         self.done += count
+        if self.drawn is not None:
+            self.drawn.update(count)
+            return
         now = time.monotonic()
         if self.progress.enabled and (now - self.last_print >= self.progress.interval_s or self.done >= self.total):
             self.last_print = now
@@ -32,16 +73,28 @@ class Bar:
 
 @dataclass
 class Progress:
-    enabled: bool = True
+    enabled: bool = field(default_factory=lambda: not VERBOSITY.quiet)
     stream: TextIO = field(default_factory=lambda: sys.stderr)
     interval_s: float = 5.0
     started: float = field(default_factory=time.monotonic)
+    bars: bool | None = None  # None: bars when the stream is a terminal
+
+    @property
+    def draws_bars(self) -> bool:
+        return self.enabled and (is_terminal(self.stream) if self.bars is None else self.bars)
 
     def write(self, message: str) -> None:
-        if self.enabled:
-            elapsed = time.monotonic() - self.started
-            self.stream.write(f"[{int(elapsed // 60):02d}:{elapsed % 60:04.1f}] {message}\n")
-            self.stream.flush()
+        if not self.enabled:
+            return
+        elapsed = time.monotonic() - self.started
+        line = f"[{int(elapsed // 60):02d}:{elapsed % 60:04.1f}] {message}"
+        if self.draws_bars:
+            from tqdm import tqdm
+
+            tqdm.write(line, file=self.stream)  # above the bar being drawn, not through it
+        else:
+            self.stream.write(line + "\n")
+        self.stream.flush()
 
     def note(self, message: str) -> None:
         self.write(message)
@@ -56,8 +109,40 @@ class Progress:
 
     @contextmanager
     def task(self, label: str, total: int) -> Iterator[Bar]:
-        self.write(f"{label} ({total})")
-        bar = Bar(self, label, total, last_print=time.monotonic())
         started = time.monotonic()
-        yield bar
+        if self.draws_bars:
+            from tqdm import tqdm
+
+            sized = terminal_width(self.stream) > 0  # a terminal that reports no size gets a fixed one: tqdm
+            with tqdm(total=total, desc=label, file=self.stream, dynamic_ncols=sized,  # draws no bar in 0 rows
+                      ncols=None if sized else 100, nrows=None if sized else 24, mininterval=0.5,
+                      bar_format="{desc}: {percentage:3.0f}%|{bar}| {n_fmt}/{total_fmt} "
+                                 "[{elapsed}<{remaining} ETA, {rate_fmt}]") as drawn:
+                yield Bar(self, label, total, drawn=drawn)
+        else:
+            self.write(f"{label} ({total})")
+            yield Bar(self, label, total, last_print=time.monotonic())
         self.write(f"  {label}: done in {time.monotonic() - started:.1f} s")
+
+
+def quiet_third_party(verbose: bool = False) -> None:
+    """Hide the libraries' own chatter (load reports, optional kernels not found, their progress bars and
+    warnings) unless `verbose`; their errors still surface as edgeprune's one-line errors."""
+    if verbose:
+        return
+    os.environ.setdefault("HF_HUB_DISABLE_PROGRESS_BARS", "1")  # also transformers' own bars
+    os.environ.setdefault("TRANSFORMERS_VERBOSITY", "error")  # read when transformers is imported
+    os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "3")
+    os.environ.setdefault("GLOG_minloglevel", "3")
+    for name in NOISY_LIBRARIES:
+        logging.getLogger(name).setLevel(logging.ERROR)
+    warnings.filterwarnings("ignore", module="|".join(rf"{name}(\.|$)" for name in NOISY_LIBRARIES))
+    if "transformers" in sys.modules:
+        silence_transformers()
+
+
+def silence_transformers() -> None:
+    from transformers.utils import logging as transformers_logging
+
+    transformers_logging.set_verbosity_error()
+    transformers_logging.disable_progress_bar()

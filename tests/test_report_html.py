@@ -31,7 +31,6 @@ from edgeprune.pruning.plan import PruningPlan
 from edgeprune.report import render_html, render_markdown
 from edgeprune.report.facts import budget_rows
 from edgeprune.report.plots.base import CHOSEN, DENSE, FRONT
-from edgeprune.report.svg import colour
 from edgeprune.search.budget import Budget
 from edgeprune.search.choice import pareto_front
 from edgeprune.search.result import BuiltArtifact, FitResult, Trial
@@ -140,16 +139,16 @@ def test_the_pareto_plots_mark_the_front_and_exactly_one_chosen_point():
     for plot in ("plot-quality-latency", "plot-quality-size"):
         svg = svg_of(page, plot)
         assert svg.count('class="point front chosen"') == 1 and svg.count('class="point front"') == 2
-    assert svg_of(page, "plot-quality-latency").count('<g class="point') == 4  # dense and three benchmarked
+    assert svg_of(page, "plot-quality-latency").count('class="point') == 4  # dense and three benchmarked
     assert "Not plotted (not measured): fp32, 14 heads removed" in page  # no benchmark, no validation quality
-    assert svg_of(page, "plot-quality-size").count('<g class="point') == 4
+    assert svg_of(page, "plot-quality-size").count('class="point') == 4
 
 
 def test_points_sit_where_their_figures_put_them():
     result = fit_result()
     svg = svg_of(render_html(result), "plot-quality-latency")
-    placed = [(float(x), float(y), tip) for x, y, tip in
-              re.findall(r'<g class="point[^"]*" transform="translate\(([\d.]+),([\d.]+)\)"><title>([^<]*)', svg)]
+    placed = [(float(x), float(y), tip) for tip, x, y in re.findall(  # a point's tooltip, then its marker's x, y
+        r'class="point[^"]*">\s*<title>([^<]*)</title>.*?<use [^>]*x="([\d.]+)" y="([\d.]+)"', svg, re.S)]
     by_latency = sorted(placed, key=lambda p: p[0])  # left to right: p50 about 9, 11, 14, 30 ms
     assert [tip.split(":")[0] for _, _, tip in by_latency] == [
         "int8-dynamic, 14 heads removed", "fitted", "int8-dynamic, 0 heads removed", "dense baseline (fp32)"]
@@ -174,7 +173,8 @@ def test_the_latency_distribution_draws_every_sample_of_every_benchmarked_artifa
     result = fit_result()
     latency = svg_of(render_html(result), "plot-latency")
     benchmarked = [result.dense] + [c for c in result.candidates if c.benchmark is not None]
-    assert latency.count('class="sample"') == sum(len(a.benchmark.latency_ms) for a in benchmarked) == 4 * 24
+    rows = re.findall(r'class="samples">(.*?)</g>\s*</g>', latency, re.S)  # one group of markers per artifact
+    assert [row.count("<use ") for row in rows] == [len(a.benchmark.latency_ms) for a in benchmarked] == [24] * 4
     assert latency.count('class="box"') == 4
 
 
@@ -460,7 +460,7 @@ def browser(tmp_path_factory):
 SVG_BOXES = """JSON.stringify([...document.querySelectorAll('svg.plot')].map(svg => {
   const r = svg.getBoundingClientRect(), b = svg.getBBox();
   return {id: svg.id, x: r.x + scrollX, y: r.y + scrollY, width: r.width, height: r.height,
-          contentWidth: b.width, contentHeight: b.height, shapes: svg.querySelectorAll('rect,circle,line').length};
+          contentWidth: b.width, contentHeight: b.height, shapes: svg.querySelectorAll('path,use').length};
 }))"""
 
 
@@ -479,7 +479,7 @@ def test_the_report_renders_in_chromium_without_console_errors_and_draws_every_f
                                         "plot-kept-heads", "plot-latency"]
     # the marks each figure must show on screen, by colour: front, chosen and dense points; kept heads; samples
     inks = {"plot-quality-latency": (FRONT, CHOSEN, DENSE), "plot-quality-size": (FRONT, CHOSEN, DENSE),
-            "plot-head-importance": (colour(0.0), colour(1.0)), "plot-kept-heads": (CHOSEN,),
+            "plot-head-importance": ("#440154", "#fde725"), "plot-kept-heads": (CHOSEN,),  # viridis' ends
             "plot-latency": (FRONT, CHOSEN, DENSE)}
     for box in boxes:
         assert box["width"] > 200 and box["height"] > 150 and box["contentWidth"] > 100 and box["shapes"] > 10, box

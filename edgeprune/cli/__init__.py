@@ -13,6 +13,7 @@ from edgeprune.cli.common import Parser, non_finite_flag, one_line
 from edgeprune.errors import EdgepruneError, UserInputError
 
 DEBUG_FLAG = "--debug"
+QUIET_FLAG, VERBOSE_FLAG = "--quiet", "--verbose"  # global: accepted before or after the verb, by every verb
 EXIT_INTERNAL, EXIT_INTERRUPTED = 1, 130
 DEBUG_HINT = f"(run with {DEBUG_FLAG} for the traceback)"
 MAX_INTERNAL_MESSAGE = 500  # characters of an unexpected error's message; --debug shows all of it
@@ -22,6 +23,10 @@ def build_parser() -> argparse.ArgumentParser:
     parser = Parser(prog="edgeprune", description=__doc__,
                     epilog="Options may also come from edgeprune.toml in the working folder or --config PATH.")
     parser.add_argument(DEBUG_FLAG, action="store_true", help="on an error, show its traceback instead of one line")
+    parser.add_argument(QUIET_FLAG, action="store_true", help="no progress on stderr, only errors and warnings about "
+                        "the result (any verb, anywhere on the line)")
+    parser.add_argument(VERBOSE_FLAG, action="store_true", help="also show what the libraries underneath log "
+                        "(transformers, torchao, ...), hidden by default (any verb, anywhere on the line)")
     verbs = parser.add_subparsers(dest="verb", required=True, parser_class=Parser)
     for module in (fit, pruning, recovery, artifacts, devices):
         module.add_parsers(verbs)
@@ -60,10 +65,22 @@ def split_debug_flag(argv: list[str]) -> tuple[bool, list[str]]:
     return len(rest) != len(argv), rest
 
 
+def split_output_flags(argv: list[str]) -> tuple[bool, bool, list[str]]:
+    """Take `--quiet` and `--verbose` out of the arguments, wherever they are."""
+    rest = [item for item in argv if item not in (QUIET_FLAG, VERBOSE_FLAG)]
+    return QUIET_FLAG in argv, VERBOSE_FLAG in argv, rest
+
+
 def main(argv: Sequence[str] | None = None) -> int:
+    from edgeprune.progress import VERBOSITY, quiet_third_party
+
     debug, arguments = split_debug_flag(list(sys.argv[1:] if argv is None else argv))
+    VERBOSITY.quiet, VERBOSITY.verbose, arguments = split_output_flags(arguments)
+    quiet_third_party(VERBOSITY.verbose)
     try:
         args = parse_with_project_file(arguments)
+        if VERBOSITY.quiet and hasattr(args, "quiet"):  # the verbs that read their own --quiet
+            args.quiet = True
         return args.run(args)
     except EdgepruneError as error:
         if debug:

@@ -5,6 +5,7 @@ from pathlib import Path
 
 from edgeprune.report.facts import (
     budget_rows,
+    emulation_note,
     format_mb,
     format_quality,
     metric_name,
@@ -47,11 +48,14 @@ def render_markdown(result: FitResult) -> str:
                if dense.benchmark and fitted.benchmark and fitted.benchmark.p50_ms else None)
     metric = metric_name(result)
     source = "measured" if bench is None or bench.measured else f"ESTIMATED, {bench.device} not connected"
+    if bench is not None and bench.measured and bench.emulated:
+        source = f"measured, {bench.emulated}"
     lines = [
-        f"# edgeprune fit: {result.task['name']} on {result.device}",
+        f"# edgeprune fit: {result.task['name']} on {result.device} — {result.status}",
         "",
         f"**{result.status}** — {result.message}",
         "",
+        *([f"**Emulated** — {emulation_note(result)}", ""] if emulation_note(result) else []),
         *_budget_table(result),
         f"Elapsed {result.elapsed_s:.0f} s. Validation qualities within {result.quality_tolerance:.4f} of the best "
         "counted as a tie, won by the least compressed candidate.",

@@ -1,4 +1,4 @@
-"""What every chart shares: its colours, its budget line, and the Figure the page shows it in."""
+"""What every chart shares: its colours, its budget lines, and the Figure the page shows it in."""
 
 from dataclasses import dataclass
 
@@ -9,7 +9,7 @@ DENSE = "#343a40"  # the dense baseline
 MUTED = "#868e96"  # finalists off the front, in the latency chart
 BUDGET = "#c92a2a"  # budget lines and their labels
 FEASIBLE = "#ebfbee"  # the area that meets the budgets drawn
-BUDGET_LINE = f'class="budget" stroke="{BUDGET}" stroke-dasharray="6 4" stroke-width="1.5"'
+BUDGET_LINE = {"color": BUDGET, "linestyle": (0, (6, 4)), "linewidth": 1.5}  # matplotlib line properties
 
 
 @dataclass(frozen=True)
@@ -21,7 +21,3 @@ class Figure:
     caption: str = ""
     empty: str = ""
 
-
-def square(style: str) -> str:
-    """A 10 px square centred on 0,0 (the dense marker, legend swatches), with `style` attributes."""
-    return f'<rect x="-5" y="-5" width="10" height="10" {style}/>'

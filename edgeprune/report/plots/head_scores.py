@@ -5,8 +5,8 @@ from typing import Any
 
 from edgeprune.report.facts import MEASURED
 from edgeprune.report.plots.base import Figure
-from edgeprune.report.plots.grid import grid
-from edgeprune.report.svg import colour, esc, ink_for, num, open_svg, text
+from edgeprune.report.plots.canvas import Mark, drawing, to_svg
+from edgeprune.report.plots.heat_grid import grid_axes, grid_size
 
 ELEMENT_ID = "plot-head-importance"
 REMOVED = "#dee2e6"  # a head removed before it was scored
@@ -48,35 +48,41 @@ def figure(data: HeadScoreData) -> Figure:
 
 
 def render(data: HeadScoreData) -> str:
-    """The heat map as an SVG element, with its colour scale on the right; needs at least one score."""
+    """The heat map as an SVG element, viridis by score, with a labelled colour bar; needs at least one score."""
+    from matplotlib import colormaps
+    from matplotlib.cm import ScalarMappable
+    from matplotlib.colors import Normalize, to_hex
+    from matplotlib.patches import Patch, Rectangle
+
     rows = data.scores
     finite = [v for row in rows for v in row if v is not None]
-    heads = max(len(row) for row in rows)
-    cell_w, cell_h, left, top = grid(heads)
-    width, height = left + heads * cell_w + 90, top + len(rows) * cell_h + 20
+    heads, layers = max(len(row) for row in rows), len(rows)
     low, high = min(finite), max(finite)
-    parts = [open_svg(ELEMENT_ID, width, height, data.title),
-             text(left, 12, "head →", extra='font-weight="600" font-size="11"')]
-    for head in range(heads):
-        parts.append(text(left + (head + 0.5) * cell_w, top - 4, head, "middle", 'font-size="10"'))
-    for layer, row in enumerate(rows):
-        y = top + layer * cell_h
-        parts.append(text(left - 6, y + cell_h / 2 + 4, f"layer {layer}", "end"))
-        for head, value in enumerate(row):
-            x = left + head * cell_w
-            fraction = 0.0 if value is None else 0.5 if high == low else (value - low) / (high - low)
-            fill, label = (REMOVED, "removed before scoring") if value is None else (colour(fraction), f"{value:.4g}")
-            parts.append(f'<rect class="cell" x="{num(x)}" y="{num(y)}" width="{num(cell_w)}" height="{num(cell_h)}" '
-                         f'fill="{fill}" stroke="#fff"><title>layer {layer}, head {head}: {esc(label)}</title></rect>')
-            if value is not None and cell_w >= 36:
-                parts.append(text(x + cell_w / 2, y + cell_h / 2 + 4, f"{value:.2g}", "middle",
-                                  f'font-size="9" fill="{ink_for(fraction)}"'))
-    bar_x, bar_h = left + heads * cell_w + 16, len(rows) * cell_h
-    stops = "".join(f'<stop offset="{i / 10:.1f}" stop-color="{colour(1 - i / 10)}"/>' for i in range(11))
-    parts.append(f'<defs><linearGradient id="importance-scale" x1="0" y1="0" x2="0" y2="1">{stops}'
-                 f'</linearGradient></defs><rect x="{num(bar_x)}" y="{num(top)}" width="14" height="{num(bar_h)}" '
-                 f'fill="url(#importance-scale)"/>')
-    parts.append(text(bar_x + 18, top + 10, f"{high:.3g}", extra='font-size="10"'))
-    parts.append(text(bar_x + 18, top + bar_h, f"{low:.3g}", extra='font-size="10"'))
-    parts.append("</svg>")
-    return "".join(parts)
+    scale = ScalarMappable(Normalize(low, high if high > low else low + 1), colormaps["viridis"])
+    with drawing(*grid_size(layers, heads, extra_width=0, extra_height=70)) as canvas:
+        axes = canvas.add_subplot()
+        grid_axes(axes, layers, heads, [f"layer {layer}" for layer in range(layers)])
+        marks: dict[str, Mark] = {}
+        for layer, row in enumerate(rows):
+            for head, value in enumerate(row):
+                fill = REMOVED if value is None else to_hex(scale.to_rgba(value))
+                gid = f"cell-{layer}-{head}"
+                axes.add_patch(Rectangle((head - 0.5, layer - 0.5), 1, 1, facecolor=fill, edgecolor="white", gid=gid))
+                marks[gid] = Mark("cell", f"layer {layer}, head {head}: "
+                                  + ("removed before scoring" if value is None else f"{value:.4g}"))
+                if value is not None and heads <= 12:  # the value in the cell while cells are wide enough
+                    light = scale.norm(value) > 0.55  # the bright end of viridis needs dark text
+                    axes.text(head, layer, f"{value:.2g}", ha="center", va="center", fontsize=8,
+                              color="#111" if light else "white")
+        # below the grid, where its label has the chart's width whatever the number of layers
+        bar = canvas.colorbar(scale, ax=axes, location="bottom", fraction=0.08, pad=0.04, aspect=40)
+        bar.set_label(f"importance score ({data.criterion}" + (", normalized per layer)" if data.normalized_per_layer
+                                                               else ")"))
+        bar.solids.set_rasterized(False)  # vector swatches: no embedded image
+        bar.solids.set_edgecolor("face")  # no seams between the swatches
+        bar.solids.set_gid("colour-scale")
+        marks["colour-scale"] = Mark("colour-scale", f"importance from {low:.3g} (dark) to {high:.3g} (bright)")
+        if any(v is None for row in rows for v in row):
+            canvas.legend(handles=[Patch(facecolor=REMOVED, label="removed before scoring")],
+                          loc="outside upper center", frameon=False)
+        return to_svg(canvas, ELEMENT_ID, data.title, marks)

@@ -2,14 +2,14 @@
 
 from dataclasses import dataclass
 
-from edgeprune.report.plots.base import CHOSEN, Figure, square
-from edgeprune.report.plots.grid import grid
-from edgeprune.report.svg import legend, num, open_svg, text
+from edgeprune.report.plots.base import CHOSEN, Figure
+from edgeprune.report.plots.canvas import Mark, drawing, to_svg
+from edgeprune.report.plots.heat_grid import grid_axes, grid_size
 from edgeprune.search.result import BuiltArtifact
 
 ELEMENT_ID = "plot-kept-heads"
 TITLE = "Heads the fitted artifact keeps, per layer"
-EMPTY = 'fill="#fff" stroke="#adb5bd"'  # a removed head
+REMOVED_EDGE = "#adb5bd"  # a removed head: white with a grey edge
 
 
 @dataclass(frozen=True)
@@ -44,23 +44,31 @@ def figure(data: KeptHeadsData) -> Figure:
 
 
 def render(data: KeptHeadsData) -> str:
-    """The map as an SVG element, with kept/total at the end of each layer's row."""
-    heads = max(data.num_heads)
-    cell_w, cell_h, left, top = grid(heads)
-    width, height = left + heads * cell_w + 80, top + len(data.num_heads) * cell_h + 20
-    parts = [open_svg(ELEMENT_ID, width, height, TITLE),
-             legend([(square(f'fill="{CHOSEN}"'), "kept"), (square(EMPTY), "removed")], left, 12)]
-    for layer, (total, kept) in enumerate(zip(data.num_heads, data.kept_heads, strict=True)):
-        y = top + layer * cell_h
-        removed_layer = " (removed)" if layer in data.layers_removed else ""
-        parts.append(text(left - 6, y + cell_h / 2 + 4, f"layer {layer}{removed_layer}", "end"))
-        for head in range(total):
-            is_kept = head in kept
-            style = f'fill="{CHOSEN}" stroke="#fff"' if is_kept else EMPTY
-            state = "kept" if is_kept else "removed"
-            parts.append(f'<rect class="{state}" x="{num(left + head * cell_w + 1)}" y="{num(y + 1)}" '
-                         f'width="{num(cell_w - 2)}" height="{num(cell_h - 2)}" {style}>'
-                         f"<title>layer {layer}, head {head}: {state}</title></rect>")
-        parts.append(text(left + heads * cell_w + 8, y + cell_h / 2 + 4, f"{len(kept)}/{total}"))
-    parts.append("</svg>")
-    return "".join(parts)
+    """The map as an SVG element, kept/total per layer on the right, a legend of the cell kinds drawn."""
+    from matplotlib.patches import Patch, Rectangle
+
+    heads, layers = max(data.num_heads), len(data.num_heads)
+    with drawing(*grid_size(layers, heads, extra_width=80)) as canvas:
+        axes = canvas.add_subplot()
+        names = [f"layer {layer}" + (" (removed)" if layer in data.layers_removed else "") for layer in range(layers)]
+        grid_axes(axes, layers, heads, names)
+        marks: dict[str, Mark] = {}
+        for layer, (total, kept) in enumerate(zip(data.num_heads, data.kept_heads, strict=True)):
+            for head in range(total):
+                state = "kept" if head in kept else "removed"
+                style = {"facecolor": CHOSEN, "edgecolor": "white"} if state == "kept" else \
+                    {"facecolor": "white", "edgecolor": REMOVED_EDGE}
+                gid = f"cell-{layer}-{head}"
+                axes.add_patch(Rectangle((head - 0.45, layer - 0.45), 0.9, 0.9, gid=gid, linewidth=1, **style))
+                marks[gid] = Mark(state, f"layer {layer}, head {head}: {state}")
+        counts = axes.secondary_yaxis("right")
+        counts.set_yticks(range(layers), [f"{len(kept)}/{total}" for total, kept in
+                                          zip(data.num_heads, data.kept_heads, strict=True)])
+        counts.set_ylabel("kept / heads")
+        counts.tick_params(length=0)
+        drawn = [state for state in ("kept", "removed") if any(m.css_class == state for m in marks.values())]
+        handles = {"kept": Patch(facecolor=CHOSEN, label="kept"),
+                   "removed": Patch(facecolor="white", edgecolor=REMOVED_EDGE, label="removed")}
+        canvas.legend(handles=[handles[state] for state in drawn], loc="outside upper center", ncols=2,
+                      frameon=False)
+        return to_svg(canvas, ELEMENT_ID, TITLE, marks)

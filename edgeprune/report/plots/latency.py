@@ -1,12 +1,16 @@
 """The latency chart: every timed run of every benchmarked artifact, its quartile box, median and extremes."""
 
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 from edgeprune.report.artifacts import display_name, finalists, is_chosen, on_front
 from edgeprune.report.facts import NOT_MEASURED, latency_at, quantile
 from edgeprune.report.plots.base import BUDGET, BUDGET_LINE, CHOSEN, DENSE, FRONT, MUTED, Figure
-from edgeprune.report.svg import Axes, esc, line, num, open_svg, span, text
+from edgeprune.report.plots.canvas import Mark, drawing, rounded, to_svg
 from edgeprune.search.result import FitResult
+
+if TYPE_CHECKING:
+    from matplotlib.axes import Axes
 
 ELEMENT_ID = "plot-latency"
 TITLE = "Latency per inference: every timed run, its quartile box and median, whiskers to the extremes"
@@ -26,6 +30,12 @@ class LatencyRow:
     @property
     def ink(self) -> str:
         return CHOSEN if self.chosen else DENSE if self.dense else FRONT if self.on_front else MUTED
+
+    @property
+    def kind(self) -> str:
+        """What its colour means, for the legend."""
+        return "fitted" if self.chosen else "dense baseline" if self.dense else "Pareto front" if self.on_front \
+            else "other finalist"
 
 
 @dataclass(frozen=True)
@@ -71,45 +81,66 @@ def figure(data: LatencyData) -> Figure:
 
 
 def render(data: LatencyData) -> str:
-    """One row per artifact, the budget as a dashed line; needs at least one latency figure."""
-    low, high = span(data.values, 0.05)
-    row_h, left = 40.0, max(160.0, 7.4 * max(len(r.name) for r in data.rows) + 16)  # the longest name, in bold
-    height = 40 + row_h * len(data.rows) + 50
-    axes = Axes((max(0.0, low), high), (0.0, 1.0), width=left + 640, height=height, left=left, right=120, top=40)
-    parts = [open_svg(ELEMENT_ID, axes.width, height, TITLE),
-             axes.frame("latency per inference (ms)", None, lambda v: f"{v:g}")]
-    if data.limit is not None:
-        x = axes.px(data.limit)
-        parts.append(line(x, axes.top, x, axes.bottom, BUDGET_LINE))
-        parts.append(text(x, axes.top - 6, f"budget p{data.percentile} {data.limit:g} ms", "middle",
-                          f'fill="{BUDGET}"'))
-    for index, row in enumerate(data.rows):
-        parts.append(_row(row, axes, axes.top + (index + 0.5) * row_h, data.percentile))
-    parts.append("</svg>")
-    return "".join(parts)
+    """One row per artifact, its p-value and sample count on the right, the budget as a labelled dashed line, a
+    legend of the colours and marks drawn; needs at least one latency figure."""
+    from matplotlib.lines import Line2D
+
+    rows = data.rows
+    with drawing(820, 130 + 42 * len(rows)) as canvas:
+        axes = canvas.add_subplot()
+        marks: dict[str, Mark] = {}
+        for index, row in enumerate(rows):
+            marks.update(_row(axes, index, row, data.percentile))
+        axes.set_ylim(len(rows) - 0.5, -0.5)  # the first row on top
+        axes.set_yticks(range(len(rows)), [row.name for row in rows])
+        for label, row in zip(axes.get_yticklabels(), rows, strict=True):
+            label.set_fontweight("bold" if row.chosen else "normal")
+        summaries = axes.secondary_yaxis("right")
+        summaries.set_yticks(range(len(rows)), [_summary(row, data.percentile) for row in rows])
+        summaries.tick_params(length=0)
+        axes.tick_params(axis="y", length=0)
+        axes.grid(False, axis="y")
+        axes.set_xlabel("latency per inference (ms)")
+        low = min(data.values)
+        axes.set_xlim(left=max(0.0, low - 0.05 * (max(data.values) - low)))
+        if data.limit is not None:
+            axes.axvline(data.limit, gid="budget", zorder=1, **BUDGET_LINE)
+            axes.annotate(f"budget p{data.percentile} {rounded(data.limit)} ms", (data.limit, 1),
+                          xycoords=("data", "axes fraction"), xytext=(0, 4), textcoords="offset points",
+                          ha="center", va="bottom", color=BUDGET, gid="label-budget")
+            marks["budget"], marks["label-budget"] = Mark("budget"), Mark("budget-label")
+        kinds = {row.kind: row.ink for row in rows}  # the colours drawn, in row order
+        handles = [Line2D([], [], color=ink, marker="s", linestyle="none", markersize=9, label=kind)
+                   for kind, ink in kinds.items()]
+        if any(not row.samples and row.value is not None for row in rows):
+            handles.append(Line2D([], [], color=MUTED, marker="D", linestyle="none",
+                                  label=f"p{data.percentile} only (no samples)"))
+        canvas.legend(handles=handles, loc="outside lower center", ncols=len(handles), frameon=False)
+        return to_svg(canvas, ELEMENT_ID, TITLE, marks)
 
 
-def _row(row: LatencyRow, axes: Axes, middle: float, percentile: int) -> str:
-    ink, samples = row.ink, row.samples
+def _summary(row: LatencyRow, percentile: int) -> str:
     value = NOT_MEASURED if row.value is None else f"{row.value:.2f} ms"
-    summary = f"p{percentile} {value}" + (f", n={len(samples)}" if samples else "")
-    parts = [f'<g class="finalist"><title>{esc(row.name)}: {esc(summary)}</title>',
-             text(axes.left - 8, middle + 4, row.name, "end", 'font-weight="600"' if row.chosen else "")]
+    return f"p{percentile} {value}" + (f", n={len(row.samples)}" if row.samples else "")
+
+
+def _row(axes: "Axes", index: int, row: LatencyRow, percentile: int) -> dict[str, Mark]:
+    """Whisker from fastest to slowest run, quartile box, median, every run as a dot (jittered to stay visible)."""
+    from matplotlib.patches import Rectangle
+
+    ink, samples, tip = row.ink, row.samples, f"{row.name}: {_summary(row, percentile)}"
     if samples:
         q1, median, q3 = (quantile(list(samples), f) for f in (0.25, 0.5, 0.75))
-        parts.append(line(axes.px(min(samples)), middle, axes.px(max(samples)), middle, f'stroke="{ink}"'))
-        parts.append(f'<rect class="box" x="{num(axes.px(q1))}" y="{num(middle - 8)}" '
-                     f'width="{num(max(1.0, axes.px(q3) - axes.px(q1)))}" height="16" fill="{ink}" '
-                     f'fill-opacity="0.25" stroke="{ink}"/>')
-        parts.append(line(axes.px(median), middle - 8, axes.px(median), middle + 8,
-                          f'stroke="{ink}" stroke-width="2.5"'))
-        for index, sample in enumerate(samples):
-            jitter = ((index * 0.618034) % 1 - 0.5) * 12  # golden-ratio spread: deterministic and even
-            parts.append(f'<circle class="sample" cx="{num(axes.px(sample))}" cy="{num(middle + jitter)}" '
-                         f'r="1.8" fill="{ink}" fill-opacity="0.6"/>')
-    elif row.value is not None:  # a native tool that printed only aggregates: its percentile as a diamond
-        x = axes.px(row.value)
-        parts.append(f'<path class="aggregate" d="M{num(x)} {num(middle - 6)}l6 6-6 6-6-6z" fill="{ink}"/>')
-    parts.append(text(axes.right + 8, middle + 4, summary, extra='font-size="11"'))
-    parts.append("</g>")
-    return "".join(parts)
+        axes.plot([min(samples), max(samples)], [index, index], color=ink, linewidth=1, gid=f"whisker-{index}")
+        axes.add_patch(Rectangle((q1, index - 0.2), q3 - q1, 0.4, facecolor=ink, alpha=0.25, edgecolor=ink,
+                                 gid=f"box-{index}"))
+        axes.plot([median, median], [index - 0.2, index + 0.2], color=ink, linewidth=2.5, gid=f"median-{index}")
+        jitter = [((i * 0.618034) % 1 - 0.5) * 0.3 for i in range(len(samples))]  # golden ratio: even, repeatable
+        axes.plot(samples, [index + j for j in jitter], linestyle="none", marker="o", markersize=3.5, color=ink,
+                  alpha=0.6, gid=f"samples-{index}")
+        return {f"box-{index}": Mark("box", tip), f"samples-{index}": Mark("samples", tip),
+                f"whisker-{index}": Mark("whisker"), f"median-{index}": Mark("median")}
+    if row.value is not None:  # a native tool that printed only aggregates: its percentile as a diamond
+        axes.plot([row.value], [index], linestyle="none", marker="D", markersize=9, color=ink, gid=f"aggregate-{index}")
+        return {f"aggregate-{index}": Mark("aggregate", tip)}
+    return {}
