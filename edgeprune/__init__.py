@@ -6,7 +6,7 @@ from edgeprune.bench import BenchmarkResult, benchmark_local, benchmark_on  # no
 from edgeprune.devices import DeviceProfile, load_profile  # noqa: E402
 from edgeprune.errors import BudgetNotMetError, EdgepruneError, UserInputError, VerificationError  # noqa: E402
 from edgeprune.export import export, load_artifact, verify_artifact  # noqa: E402
-from edgeprune.importance import HeadScores, LayerScores, score_heads, score_layers  # noqa: E402
+from edgeprune.importance import HeadScores, LayerScores, default_scoring, score_heads, score_layers  # noqa: E402
 from edgeprune.models.io import load, save  # noqa: E402
 from edgeprune.pruning import (  # noqa: E402
     Constraints,
@@ -28,6 +28,7 @@ from edgeprune.pruning import (  # noqa: E402
     plan_threshold,
     predicted_flops,
     predicted_parameter_count,
+    prune,
     prune_heads,
 )
 from edgeprune.quantize import quantize  # noqa: E402
@@ -56,5 +57,5 @@ __all__ = [
     "prune_heads", "quantize", "save", "score_heads", "score_layers", "verify_artifact", "DistillConfig", "DistillData",
     "DistillResult", "distill", "prune_and_recover", "benchmark_on", "TASKS", "CausalLMTask", "EmbeddingTask",
     "ImageClassificationTask", "Quality", "Task", "make_task", "module_task", "StructurePlan", "StructureCompensation",
-    "apply_structure", "SelectionAmount", "measure_head_means", "plan_heads",
+    "apply_structure", "SelectionAmount", "measure_head_means", "plan_heads", "prune", "default_scoring",
 ]

@@ -18,15 +18,15 @@ def test_score_then_prune_then_reapply_the_plan(tiny_bert_dir, tmp_path, capsys)
     assert scores["num_examples"] == 16
 
     assert main(["prune", "--model", str(tiny_bert_dir), "--scores", str(scores_file), "--remove", "5",
-                 "--out", str(tmp_path / "pruned")]) == 0
-    assert "removed 5 of 12 heads" in capsys.readouterr().out
+                 "--examples", "16", "--max-length", "32", "--out", str(tmp_path / "pruned"), "--quiet"]) == 0
+    assert "removed 5 of 12 heads (their mean outputs folded into the output bias)" in capsys.readouterr().out
     pruned = edgeprune.load(tmp_path / "pruned")
     assert sum(b.num_heads for b in adapter_for(pruned).attention_blocks(pruned)) == 7
     plan = json.loads((tmp_path / "pruned" / "plan.json").read_text())
     assert plan["heads_removed"] == 5 and plan["criterion"] == "gate-gradient"
 
     assert main(["prune", "--model", str(tiny_bert_dir), "--plan", str(tmp_path / "pruned" / "plan.json"),
-                 "--out", str(tmp_path / "again")]) == 0
+                 "--examples", "16", "--max-length", "32", "--out", str(tmp_path / "again"), "--quiet"]) == 0
     again = edgeprune.load(tmp_path / "again")
     for (name, a), (_, b) in zip(pruned.state_dict().items(), again.state_dict().items(), strict=True):
         assert torch.equal(a, b), name
@@ -36,10 +36,11 @@ def test_prune_per_layer_and_threshold(tiny_bert_dir, tmp_path):
     scores = {"scores": [[0.1, 0.2, 0.3, 0.4]] * 3, "criterion": "handmade", "num_examples": 1}
     (tmp_path / "s.json").write_text(json.dumps(scores))
     assert main(["prune", "--model", str(tiny_bert_dir), "--scores", str(tmp_path / "s.json"), "--strategy",
-                 "per-layer", "--remove-per-layer", "2", "--out", str(tmp_path / "a")]) == 0
+                 "per-layer", "--remove-per-layer", "2", "--no-compensate", "--out", str(tmp_path / "a")]) == 0
     assert json.loads((tmp_path / "a" / "plan.json").read_text())["kept_heads"] == [[2, 3]] * 3
     assert main(["prune", "--model", str(tiny_bert_dir), "--scores", str(tmp_path / "s.json"), "--strategy",
-                 "threshold", "--threshold", "0.35", "--no-normalize", "--out", str(tmp_path / "b")]) == 0
+                 "threshold", "--threshold", "0.35", "--no-normalize", "--no-compensate", "--out",
+                 str(tmp_path / "b")]) == 0
     assert json.loads((tmp_path / "b" / "plan.json").read_text())["kept_heads"] == [[3]] * 3
 
 

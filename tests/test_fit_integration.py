@@ -53,13 +53,14 @@ def test_fit_removes_heads_until_the_artifact_fits(small_bert_dir, tmp_path, cap
     printed = json.loads(capsys.readouterr().out)
     assert code == 0, printed["message"]
     names = {p.name for p in out.iterdir()}
-    assert {"dense-fp32.pte", "model.pte", "report.md", "report.html", "result.json", "model.json", "labels.json",
-            "vocab.txt"} <= names
+    assert {"baseline", "model.pte", "report.md", "report.html", "result.json", "model.json", "labels.json",
+            "vocab.txt", "USAGE.md"} <= names and (out / "baseline" / "dense-fp32.pte").is_file()
     assert not [n for n in names if n.startswith("candidate-") or n == "journal.json"]
     assert not list(tmp_path.glob(".fit.partial*"))
     signature = json.loads((out / "model.json").read_text())
-    assert signature["inputs"] == [{"name": "input_ids", "shape": [1, 32], "dtype": "int64"},
-                                   {"name": "attention_mask", "shape": [1, 32], "dtype": "int64"}]
+    assert [{k: spec[k] for k in ("name", "shape", "dtype")} for spec in signature["inputs"]] == [
+        {"name": "input_ids", "shape": [1, 32], "dtype": "int64"},
+        {"name": "attention_mask", "shape": [1, 32], "dtype": "int64"}]
     assert json.loads((out / "labels.json").read_text())["labels"] == result_labels(out)
     result = json.loads((out / "result.json").read_text())
     assert result == printed and result["status"] == "fit"
@@ -102,19 +103,7 @@ def test_fit_that_cannot_fit_exits_3_with_the_closest_result(small_bert_dir, tmp
     assert closest["benchmark"] is not None and closest["validation_quality"] is not None
 
 
-def test_fit_with_a_trimmed_vocabulary_ships_the_map_and_measures_through_it(small_bert_dir, tmp_path, capsys):
-    out = tmp_path / "trimmed"
-    code = main(["fit", "--model", str(small_bert_dir), "--max-mb", "5", "--trim-vocab", "--recipe", "int8",
-                 "--out", str(out), "--json", *FAST])
-    result = json.loads(capsys.readouterr().out)
-    assert code == 0 and result["fitted"]["plan"]["heads_removed"] == 0
-    vocabulary = json.loads((out / "vocabulary.json").read_text())
-    kept = len(vocabulary["kept_ids"])
-    assert result["fitted"]["vocabulary_size"] == kept < 2104 and result["dense"]["vocabulary_size"] is None
-    assert 0 <= result["fitted"]["test_accuracy"] <= 1 and result["fitted"]["verification"]["min_cosine"] >= 0.999
-    # the artifact's embedding table has exactly the kept rows: an id past them is out of range
-    run = load_artifact(out / "model.pte")
-    assert run(torch.full((1, 32), kept - 1), torch.ones(1, 32, dtype=torch.long))[0].shape == (1, 5)
+# a fit with a trimmed vocabulary and the folder it ships: tests/test_app_handoff.py
 
 
 def test_the_search_spans_ffn_width_layers_and_vocabulary(small_bert_dir, tmp_path, capsys):
@@ -176,6 +165,12 @@ user = "nobody"
     captured = capsys.readouterr()
     result = json.loads(captured.out)
     assert code == 0 and "ESTIMATED, not measured" in captured.err
+    # said at the top: the first line on stderr, result.json's status, report.md's first line, the page's banner
+    assert captured.err.splitlines()[0].startswith("edgeprune: warning: fit (estimated): board is not reachable")
+    assert result["status"] == "fit (estimated)" and result["message"].startswith("fits every budget as ESTIMATED")
+    assert (out / "report.md").read_text().splitlines()[0].endswith(" — fit (estimated)")
+    assert '<div class="status fit estimated" id="status"><p><strong>fit (estimated)</strong>' in \
+        (out / "report.html").read_text()
     for artifact in (result["dense"], result["fitted"]):
         bench = artifact["benchmark"]
         assert bench["measured"] is False and bench["device"] == "board" and bench["threads"] == 4

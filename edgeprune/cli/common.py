@@ -184,11 +184,12 @@ def task_from(args: argparse.Namespace):  # noqa: ANN201 - a Task
 
 def build_task(args: argparse.Namespace):  # noqa: ANN201 - a Task
     from edgeprune.data import SplitRatios
+    from edgeprune.models.hub import model_folder
     from edgeprune.progress import Progress
     from edgeprune.tasks import BUNDLED_TASKS, TASKS, bundled_task, make_task
 
-    if args.model is not None and not args.model.exists():
-        raise UserInputError(f"model path {args.model} does not exist")
+    if args.model is not None:  # a folder, or a Hugging Face model id in the local cache (resolved offline)
+        args.model = model_folder(args.model)
     progress = Progress(enabled=not args.quiet)
     if args.quiet:
         from transformers.utils import logging as transformers_logging

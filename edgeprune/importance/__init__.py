@@ -11,6 +11,7 @@ from edgeprune.importance.activation_norm import ActivationNorm
 from edgeprune.importance.angular_distance import AngularDistance
 from edgeprune.importance.base import Batch, HeadCriterion, HeadScores, LayerCriterion, LayerScores, LossFn
 from edgeprune.importance.combination import Combination
+from edgeprune.importance.defaults import ScoringChoice, default_scoring
 from edgeprune.importance.entropy import AttentionEntropy
 from edgeprune.importance.fluctuation import Fluctuation
 from edgeprune.importance.gate_gradient import GateGradient
@@ -39,15 +40,17 @@ def classification_loss(model: nn.Module, batch: Batch) -> torch.Tensor:
 def score_heads(
     model: nn.Module,
     batches: Iterable[Batch],
-    criterion: str = "taylor",
+    criterion: str | None = None,
     loss_fn: LossFn | None = None,
     **options: Any,
 ) -> HeadScores:
     """Score every attention head of `model` on `batches`; higher means more important.
 
+    `criterion`: a CRITERIA name; None is the one `fit` uses for this model (`default_scoring(model)`).
     `options` go to the criterion, e.g. `norm="l1"` for weight-magnitude or `weights={...}` for combination.
     """
-    return CRITERIA.get(criterion)(**options).score(model, batches, loss_fn or classification_loss)
+    name = criterion if criterion is not None else default_scoring(model).criterion
+    return CRITERIA.get(name)(**options).score(model, batches, loss_fn or classification_loss)
 
 
 def score_layers(
@@ -64,5 +67,6 @@ def score_layers(
 __all__ = [
     "CRITERIA", "LAYER_CRITERIA", "ActivationNorm", "AngularDistance", "AttentionEntropy", "Combination",
     "Fluctuation", "GateGradient", "HeadCriterion", "HeadScores", "LayerCriterion", "LayerScores", "LeaveOneOut",
-    "Taylor", "TaylorOutputProjection", "WeightMagnitude", "classification_loss", "score_heads", "score_layers",
+    "ScoringChoice", "Taylor", "TaylorOutputProjection", "WeightMagnitude", "classification_loss", "default_scoring",
+    "score_heads", "score_layers",
 ]

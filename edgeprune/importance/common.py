@@ -21,18 +21,33 @@ def attention_mask(batch: Batch) -> torch.Tensor:
     return torch.ones_like(batch["input_ids"]) if mask is None else mask
 
 
-def token_mask(batch: Batch) -> torch.Tensor:
-    """[batch, tokens] float mask, 1 for real tokens and 0 for padding."""
+def token_mask(batch: Batch) -> torch.Tensor | None:
+    """[batch, tokens] float mask, 1 for real tokens and 0 for padding; None for a batch without tokens (images:
+    every patch position is real, and how many there are is known only inside the model)."""
+    if "input_ids" not in batch and "attention_mask" not in batch:
+        return None
     return attention_mask(batch).float()
 
 
+def weights_like(mask: torch.Tensor | None, values: torch.Tensor) -> torch.Tensor:
+    """The [batch, tokens] weights for `values` [batch, tokens, ...]: the mask, or all ones when there is none."""
+    if mask is None:
+        return torch.ones(values.shape[:2], dtype=values.dtype, device=values.device)
+    return mask.to(device=values.device, dtype=values.dtype)
+
+
 def forward(model: nn.Module, batch: Batch) -> object:
-    """A label-free forward, with the same call convention as `classification_loss`."""
+    """A label-free forward, with the same call convention as `classification_loss`; a batch without token ids
+    (an image batch: `pixel_values`) is passed as keywords."""
+    if "input_ids" not in batch:
+        return model(**{name: value for name, value in batch.items() if name != "labels"})
     return model(input_ids=batch["input_ids"], attention_mask=attention_mask(batch))
 
 
-def masked_example_mean(values: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
-    """Per-example mean over real tokens: values [batch, tokens, *rest], mask [batch, tokens] -> [batch, *rest]."""
+def masked_example_mean(values: torch.Tensor, mask: torch.Tensor | None) -> torch.Tensor:
+    """Per-example mean over real tokens: values [batch, tokens, *rest], mask [batch, tokens] (None: every token
+    is real) -> [batch, *rest]."""
+    mask = weights_like(mask, values)
     weights = mask.to(values.dtype).reshape(*mask.shape, *([1] * (values.dim() - 2)))
     return (values * weights).sum(dim=1) / weights.sum(dim=1).clamp(min=1)
 

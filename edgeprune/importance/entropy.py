@@ -24,10 +24,11 @@ from edgeprune.importance.common import batch_size, eval_mode, masked_example_me
 from edgeprune.models import adapter_for
 
 
-def attention_focus(probs: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
-    """probs [batch, heads, queries, keys], mask [batch, tokens] -> per-example mean focus [batch, heads]."""
+def attention_focus(probs: torch.Tensor, mask: torch.Tensor | None) -> torch.Tensor:
+    """probs [batch, heads, queries, keys], mask [batch, tokens] (None: every token is real) -> per-example mean
+    focus [batch, heads]."""
     probs = probs.double()
-    keys = mask.double()
+    keys = common.weights_like(mask, probs[:, 0])  # [batch, keys]; queries and keys are the same tokens
     entropy = -(torch.special.xlogy(probs, probs) * keys[:, None, None, :]).sum(dim=-1)
     focus = torch.log(keys.sum(dim=1).clamp(min=1))[:, None, None] - entropy  # [batch, heads, queries]
     return masked_example_mean(focus.transpose(1, 2), mask)
@@ -41,7 +42,7 @@ class AttentionEntropy(HeadCriterion):
         blocks = adapter.attention_blocks(model)
         total = np.zeros((len(blocks), max(b.num_heads for b in blocks)))
         examples = 0
-        mask = torch.empty(0)
+        mask: torch.Tensor | None = torch.empty(0)
 
         def accumulate(layer: int, probs: torch.Tensor) -> None:
             focus = attention_focus(probs.detach(), mask)

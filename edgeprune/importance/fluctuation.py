@@ -43,11 +43,11 @@ class Fluctuation(HeadCriterion):
         second = [torch.zeros(b.num_heads, b.head_size, b.head_size, dtype=torch.float64) for b in blocks]
         tokens = [0.0] * len(blocks)
         examples = 0
-        mask = torch.empty(0)
+        mask: torch.Tensor | None = torch.empty(0)
 
         def accumulate(layer: int, heads: torch.Tensor) -> torch.Tensor:
             values = heads.detach().double()  # [batch, tokens, heads, head size]
-            weights = mask.to(device=values.device, dtype=torch.float64)
+            weights = common.weights_like(mask, values)  # float64, as `values`
             first[layer] += torch.einsum("bt,bthd->hd", weights, values).cpu()
             second[layer] += torch.einsum("bt,bthd,bthe->hde", weights, values, values).cpu()
             tokens[layer] += float(weights.sum())

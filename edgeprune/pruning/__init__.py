@@ -9,7 +9,7 @@ from edgeprune.pruning.iterative import current_plan, iterative_prune
 from edgeprune.pruning.per_layer import plan_per_layer
 from edgeprune.pruning.plan import PruningPlan
 from edgeprune.pruning.strategies import STRATEGIES, SelectionAmount, SelectionStrategy, plan_heads
-from edgeprune.pruning.structure import StructureCompensation, StructurePlan, apply_structure
+from edgeprune.pruning.structure import StructureCompensation, StructurePlan, apply_structure, prune
 from edgeprune.pruning.surgery import apply_plan, predicted_parameter_count, prune_heads
 from edgeprune.pruning.threshold import plan_threshold
 
@@ -18,5 +18,5 @@ __all__ = [
     "SelectionStrategy", "StructureCompensation", "StructurePlan", "apply_plan", "apply_structure", "current_plan",
     "head_flops", "iterative_prune", "learn_head_gates", "measure_flops", "measure_head_means", "plan_global_topk",
     "plan_hard_concrete", "plan_heads", "plan_per_layer", "plan_threshold", "predicted_flops",
-    "predicted_parameter_count", "prune_heads",
+    "predicted_parameter_count", "prune", "prune_heads",
 ]

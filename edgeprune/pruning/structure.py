@@ -7,6 +7,7 @@ bias), FFN neurons (theirs folded into the FFN output bias), then whole layers. 
 dense model (FLAP, An et al. 2024), which is why heads and neurons go before the layers that shift indices.
 """
 
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -14,9 +15,10 @@ import torch
 from torch import nn
 
 from edgeprune.errors import UserInputError
+from edgeprune.importance.defaults import default_scoring
 from edgeprune.models import adapter_for
-from edgeprune.pruning.compensation import HeadOutputMeans
-from edgeprune.pruning.ffn import intermediate_sizes, remove_neurons
+from edgeprune.pruning.compensation import HeadOutputMeans, measure_head_means
+from edgeprune.pruning.ffn import intermediate_sizes, neuron_statistics, remove_neurons
 from edgeprune.pruning.plan import PruningPlan
 from edgeprune.pruning.surgery import apply_plan
 from edgeprune.quantize.vocabulary import VocabularyMap, trim_vocabulary
@@ -106,6 +108,29 @@ def apply_structure(model: nn.Module, plan: StructurePlan,
     if gone:
         adapter_for(model).remove_layers(model, gone)
     return model
+
+
+def prune(model: nn.Module, plan: PruningPlan | StructurePlan,
+          batches: Iterable[Mapping[str, torch.Tensor]] | None = None, *, compensate: bool | None = None) -> nn.Module:
+    """Cut the dense `model` to `plan` in place, the way `fit` cuts its candidates, and return it.
+
+    `compensate` (None: what fit does for this model, `default_scoring(model).compensate`, which is to
+    compensate): each removed head's and FFN neuron's mean output on `batches` (keyword inputs of the model,
+    e.g. calibration batches; a `labels` entry is ignored) is folded into the bias it feeds, measured on the
+    model before any cut. `compensate=False` removes them outright and needs no batches.
+    """
+    structure = plan if isinstance(plan, StructurePlan) else StructurePlan(heads=plan)
+    if compensate is None:
+        compensate = default_scoring(model).compensate
+    if not compensate:
+        return apply_structure(model, structure)
+    if batches is None:
+        raise UserInputError("compensation measures the mean outputs of what is removed on calibration data: pass "
+                             "batches (or compensate=False to remove outright)")
+    batches = list(batches)
+    head_means = measure_head_means(model, batches) if structure.heads is not None else None
+    neuron_means = neuron_statistics(model, batches).means if structure.ffn_kept is not None else None
+    return apply_structure(model, structure, StructureCompensation(head_means, neuron_means))
 
 
 def ffn_kept_from_removal(widths: list[int], removal: dict[int, list[int]]) -> list[list[int]]:

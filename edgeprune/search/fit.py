@@ -23,6 +23,7 @@ from typing import Any
 from torch import nn
 
 from edgeprune.devices import DeviceProfile, load_profile
+from edgeprune.devices.setup import device_python
 from edgeprune.devices.transports import Transport, open_transport
 from edgeprune.errors import DeviceUnreachableError, Interrupted, UserInputError
 from edgeprune.export import RUNTIMES, load_artifact
@@ -42,7 +43,7 @@ from edgeprune.search.choice import ACCURACY_METRICS, choose, pareto_front, qual
 from edgeprune.search.estimate import HostEstimator
 from edgeprune.search.journal import JOURNAL_NAME, Journal, prepare_out_dir
 from edgeprune.search.options import FitOptions
-from edgeprune.search.result import BuiltArtifact, FitResult
+from edgeprune.search.result import BuiltArtifact, FitResult, fit_status
 from edgeprune.search.searcher import best_first_search
 from edgeprune.search.ship import keep_only, reproduce, ship_files, summary
 from edgeprune.search.space import Shape
@@ -60,7 +61,7 @@ def default_out_dir() -> Path:
 def fit(
     model: "Task | str | Path",
     task: str | None = None,
-    data: str | Path | None = None,
+    data: "str | Path | Any" = None,  # a file or folder, or a datasets.Dataset
     *,
     device: str | DeviceProfile = "host",
     budget: Budget | None = None,
@@ -101,7 +102,9 @@ def fit_task(
     """Fit `task`'s model to `device` within `budget`; write the artifact, result.json and the reports to `out`.
 
     Returns the FitResult; when nothing fits, its status is "budget_not_met", `fitted` is the closest
-    candidate and `binding_budgets` / `suggestions` say what stood in the way.
+    candidate and `binding_budgets` / `suggestions` say what stood in the way. When the device does not answer
+    (and `options.require_device` is off) the figures are estimated here and a fit's status is "fit (estimated)";
+    that is said first, before any work.
     """
     profile = device if isinstance(device, DeviceProfile) else load_profile(device)
     budget = budget or Budget.for_device(profile)
@@ -118,6 +121,10 @@ def fit_task(
         journal = Journal(work / JOURNAL_NAME, _settings(task, options, runtime, recipes, profile, budget), resume)
         if journal.damage:
             progress.warn(journal.damage)
+        # first, before any work: whether this fit is measured on the device or estimated here (or, with
+        # require_device, refused)
+        with open_transport(profile.endpoint, device_python(profile)) as probe_link:
+            estimator = _estimator_if_unreachable(probe_link, profile, options, progress)
         mark = time.perf_counter()
         teacher = task.teacher()
         timings["teacher"] = time.perf_counter() - mark
@@ -130,8 +137,7 @@ def fit_task(
         timings["scoring"] = time.perf_counter() - mark
 
         vocabulary = vocabulary_for(task, options, progress)
-        with open_transport(profile.endpoint, profile.python) as device_link:
-            estimator = _estimator_if_unreachable(device_link, profile, options, progress)
+        with open_transport(profile.endpoint, device_python(profile)) as device_link:
             builder = CandidateBuilder(teacher.model, scores, task, options, work, progress, runtime, profile,
                                        None if estimator else device_link, journal, vocabulary, estimator)
             mark = time.perf_counter()
@@ -152,12 +158,13 @@ def fit_task(
                 artifact.test_accuracy = artifact.quality.value
         timings["evaluation"] = time.perf_counter() - mark
 
-        shipped = ship_files(task, work, fitted, vocabulary if fitted.vocabulary_size is not None else None)
+        shipped = ship_files(task, work, fitted, vocabulary if fitted.vocabulary_size is not None else None,
+                             baseline=dense)  # the dense baseline moves to baseline/; dense.path says so
         fits = not binding
-        message = summary(fits, fitted, budget, binding, suggestions)
+        message = summary(fits, fitted, budget, binding, suggestions, estimated=estimator is not None)
         result = FitResult(
-            status="fit" if fits else "budget_not_met", message=message, device=profile.name, budget=budget,
-            task=task.describe(),
+            status=fit_status(fits, estimated=estimator is not None), message=message, device=profile.name,
+            budget=budget, task=task.describe(),
             teacher_test_accuracy=teacher.test.value if teacher.test.metric in ACCURACY_METRICS else None,
             head_scores=raw_scores.to_dict(), dense=dense, fitted=fitted, trials=trials,
             reproduce=reproduce(task, profile, budget, options, fitted, runtime), out_dir=str(out),
@@ -207,8 +214,8 @@ def _estimator_if_unreachable(device_link: Transport, profile: DeviceProfile, op
         raise DeviceUnreachableError(f"device {profile.name} is not usable ({reason}); fix the connection, or "
                                      "drop --require-device to fit on estimated figures")
     estimator = HostEstimator.for_profile(profile)
-    progress.warn(f"{profile.name} is not reachable ({reason}); latency, memory and energy are ESTIMATED, not "
-                  f"measured: {estimator.describe()}")
+    progress.warn(f"fit (estimated): {profile.name} is not reachable ({reason}); latency, memory and energy are "
+                  f"ESTIMATED, not measured: {estimator.describe()}; --require-device makes this an error")
     return estimator
 
 

@@ -4,15 +4,18 @@ from dataclasses import dataclass
 
 from edgeprune.errors import UserInputError
 from edgeprune.export import RUNTIMES
+from edgeprune.importance.defaults import default_scoring
 from edgeprune.quantize import RECIPES
 from edgeprune.search.space import parse_fractions, parse_layer_counts
 
 
 @dataclass
 class FitOptions:
-    criterion: str = "fluctuation"  # best one-shot embedding cosine and accuracy at 25–75 % (benchmarks/criteria.py)
-    normalize: str = "none"  # per-layer score normalization: "none" (raw fluctuation ranks best), "l2", "zscore"
-    compensate: bool = True  # fold removed heads' mean outputs into the output-projection bias (FLAP)
+    # the scoring the step-by-step verbs default to as well (edgeprune.importance.defaults): fluctuation, raw
+    # scores ("none"; or "l2", "zscore" per layer), removed heads' mean outputs folded into the bias (FLAP)
+    criterion: str = default_scoring().criterion
+    normalize: str = default_scoring().normalize
+    compensate: bool = default_scoring().compensate
     scoring_examples: int = 256  # calibration examples used to score heads
     scoring_batch_size: int = 16
     min_heads_per_layer: int = 1

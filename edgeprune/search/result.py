@@ -14,6 +14,13 @@ from edgeprune.serialization import from_jsonable, to_jsonable, write_json_atomi
 from edgeprune.tasks.base import Quality
 
 RESULT_FORMAT_VERSION = 1
+# a fit's status: every budget met as measured on the device, met on figures estimated here because the device was
+# not reachable (see `edgeprune.search.estimate`), or not met
+FIT, FIT_ESTIMATED, BUDGET_NOT_MET = "fit", "fit (estimated)", "budget_not_met"
+
+
+def fit_status(fits: bool, estimated: bool) -> str:
+    return (FIT_ESTIMATED if estimated else FIT) if fits else BUDGET_NOT_MET
 
 
 @dataclass
@@ -77,7 +84,7 @@ class BuiltArtifact:
 
 @dataclass
 class FitResult:
-    status: str  # "fit" or "budget_not_met"
+    status: str  # FIT, FIT_ESTIMATED or BUDGET_NOT_MET
     message: str
     device: str
     budget: Budget
@@ -104,7 +111,7 @@ class FitResult:
 
     @property
     def fits(self) -> bool:
-        return self.status == "fit"
+        return self.status in (FIT, FIT_ESTIMATED)
 
     def save(self, path: str | Path) -> Path:
         """Write result.json atomically (readers never see half a file)."""

