@@ -12,7 +12,20 @@ from typing import Any, TypeVar
 T = TypeVar("T")
 
 
+def json_codec(cls: type[T]) -> type[T]:
+    """Mark a dataclass whose fields are not plain JSON (arrays, a version of its own) as bringing its own codec:
+    its `to_dict()` and one-argument classmethod `from_dict(data)` replace the field-by-field default."""
+    cls.__json_codec__ = True  # type: ignore[attr-defined]
+    return cls
+
+
+def _has_codec(cls: type) -> bool:
+    return bool(cls.__dict__.get("__json_codec__"))
+
+
 def to_jsonable(value: Any) -> Any:
+    if dataclasses.is_dataclass(value) and not isinstance(value, type) and _has_codec(type(value)):
+        return to_jsonable(value.to_dict())
     if dataclasses.is_dataclass(value) and not isinstance(value, type):
         return {f.name: to_jsonable(getattr(value, f.name)) for f in dataclasses.fields(value)}
     if isinstance(value, dict):
@@ -36,6 +49,8 @@ def _convert(hint: Any, data: Any) -> Any:
     if origin in (typing.Union, types.UnionType):
         options = [a for a in typing.get_args(hint) if a is not type(None)]
         return _convert(options[0], data) if len(options) == 1 else data
+    if dataclasses.is_dataclass(hint) and _has_codec(hint):
+        return hint.from_dict(data)
     if dataclasses.is_dataclass(hint):
         hints = typing.get_type_hints(hint)
         known = {f.name for f in dataclasses.fields(hint)}

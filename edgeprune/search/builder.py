@@ -320,7 +320,7 @@ class CandidateBuilder:
             f"cosine to PyTorch {verification.min_cosine:.5f}"
         )
         return BuiltArtifact(
-            label=label, recipe=recipe.name, path=file_name, plan=plan.to_dict(),
+            label=label, recipe=recipe, path=file_name, plan=self.structure(shape),
             parameters=sum(p.numel() for p in model.parameters()), file_bytes=exported.size_bytes,
             predicted_bytes=predicted, verification=verification,
             vocabulary_size=len(self.vocabulary.kept_ids) if trimmed and self.vocabulary else None,

@@ -159,7 +159,7 @@ def fit_task(
             status="fit" if fits else "budget_not_met", message=message, device=profile.name, budget=budget,
             task=task.describe(),
             teacher_test_accuracy=teacher.test.value if teacher.test.metric in ACCURACY_METRICS else None,
-            head_scores=raw_scores.to_dict(), dense=dense, fitted=fitted, trials=trials,
+            head_scores=raw_scores, dense=dense, fitted=fitted, trials=trials,
             reproduce=reproduce(task, profile, budget, options, fitted, runtime), out_dir=str(out),
             elapsed_s=round(journal.elapsed_s(), 1), timings_s={k: round(v, 1) for k, v in timings.items()},
             candidates=candidates, pareto=pareto_front(candidates, budget), teacher_quality=teacher.test,

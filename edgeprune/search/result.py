@@ -8,12 +8,15 @@ from typing import Any
 from edgeprune.bench.benchmark import BenchmarkResult
 from edgeprune.errors import UserInputError
 from edgeprune.export.verify import Verification
+from edgeprune.importance.base import HeadScores
+from edgeprune.pruning.structure import StructurePlan
+from edgeprune.quantize.recipes import RECIPES, Recipe
 from edgeprune.search.budget import Budget, BudgetCheck
 from edgeprune.search.space import Shape
 from edgeprune.serialization import from_jsonable, to_jsonable, write_json_atomic
 from edgeprune.tasks.base import Quality
 
-RESULT_FORMAT_VERSION = 1
+RESULT_FORMAT_VERSION = 2  # 2: typed plan (StructurePlan), recipe (Recipe) and head scores (HeadScores)
 
 
 @dataclass
@@ -42,9 +45,9 @@ class BuiltArtifact:
     """An exported, verified artifact with what was measured about it."""
 
     label: str
-    recipe: str
+    recipe: Recipe
     path: str
-    plan: dict[str, Any]
+    plan: StructurePlan  # what stays of the teacher, on the teacher's indices
     parameters: int
     file_bytes: int
     predicted_bytes: int
@@ -64,7 +67,7 @@ class BuiltArtifact:
 
     @property
     def heads_removed(self) -> int:
-        return int(self.plan["heads_removed"])
+        return 0 if self.plan.heads is None else self.plan.heads.heads_removed
 
     def describe(self) -> str:
         return Shape(self.heads_removed, self.ffn_fraction, len(self.layers_removed),
@@ -83,7 +86,7 @@ class FitResult:
     budget: Budget
     task: dict[str, Any]
     teacher_test_accuracy: float | None  # dense teacher in PyTorch (accuracy-like metrics)
-    head_scores: dict[str, Any]
+    head_scores: HeadScores  # what the search ranked heads by (the teacher's, before any removal)
     dense: BuiltArtifact
     fitted: BuiltArtifact
     trials: list[Trial]
@@ -127,8 +130,34 @@ class FitResult:
         if not isinstance(version, int) or version > RESULT_FORMAT_VERSION:
             raise UserInputError(f"{path} has result format {version!r}; this edgeprune reads up to "
                                  f"{RESULT_FORMAT_VERSION}: upgrade edgeprune")
-        data["format_version"] = RESULT_FORMAT_VERSION
         try:
+            if version < 2:
+                data = upgraded_from_format_1(data)
+            data["format_version"] = RESULT_FORMAT_VERSION
             return from_jsonable(cls, data)
+        except UserInputError as error:  # e.g. a format-1 recipe name this edgeprune does not register
+            raise UserInputError(f"{path}: {error}") from None
         except (KeyError, TypeError, ValueError) as error:
             raise UserInputError(f"{path} does not hold a fit result ({type(error).__name__}: {error})") from None
+
+
+def upgraded_from_format_1(data: dict[str, Any]) -> dict[str, Any]:
+    """A format-1 result (plan, recipe and head scores as plain dicts and names) in format 2's shape.
+
+    Format 1 kept the head plan only; the FFN neurons each candidate kept were not written, so an upgraded plan
+    says `ffn_kept=None` and the candidate's `ffn_fraction` stays the record of how much went. Its recipes are
+    looked up by name in this edgeprune's registry (an unknown name: the result cannot be read)."""
+    def artifact(entry: dict[str, Any]) -> dict[str, Any]:
+        entry = dict(entry)
+        heads = entry.get("plan") or None
+        entry["plan"] = {"format_version": 1, "heads": heads, "ffn_kept": None,
+                         "layers_removed": list(entry.get("layers_removed") or []), "vocabulary": None}
+        if isinstance(entry.get("recipe"), str):
+            entry["recipe"] = to_jsonable(RECIPES.get(entry["recipe"]))
+        return entry
+
+    data = dict(data)
+    for name in ("dense", "fitted"):
+        data[name] = artifact(data[name])
+    data["candidates"] = [artifact(c) for c in data.get("candidates") or []]
+    return data
