@@ -107,7 +107,7 @@ def fit_task(
     budget = budget or Budget.for_device(profile)
     options = options or FitOptions()
     runtime = options.runtime or profile.runtime
-    RUNTIMES.get(runtime)
+    RUNTIMES.get(runtime).require()  # before the teacher is trained: a missing runtime is the first thing said
     recipes = tuple(recipe_for_runtime(name, runtime).name for name in (options.recipes or FIT_LADDERS[runtime]))
     progress = progress or task.progress
     out = Path(out) if out is not None else default_out_dir()
