@@ -7,6 +7,7 @@ import torch
 
 from edgeprune.cli import main
 from edgeprune.export import load_artifact
+from edgeprune.search.latency import BASES
 
 pytestmark = pytest.mark.integration
 
@@ -72,6 +73,10 @@ def test_fit_removes_heads_until_the_artifact_fits(small_bert_dir, tmp_path, cap
     fewer = [t for t in result["trials"] if t["recipe"] == "int8" and t["heads_removed"] < 4 and t["file_bytes"]]
     assert all(t["file_bytes"] > budget_mb * 1e6 and t["fits"] is False for t in fewer)
     assert_fit_chose_right(result)
+    # every benchmarked candidate keeps the latency model's prediction, made before its benchmark, and its basis
+    benchmarked = [c for c in result["candidates"] if c["benchmark"] is not None]
+    assert benchmarked and all(c["latency_basis"] in BASES for c in benchmarked)
+    assert all(c["predicted_latency_ms"] > 0 for c in benchmarked if c["latency_basis"] != "none")
     assert fitted["label"] == "fitted" and "model.pte" in result["pareto"]  # nothing beats it on every axis
     for artifact in (result["dense"], fitted):
         bench = artifact["benchmark"]

@@ -91,6 +91,9 @@ def render_markdown(result: FitResult) -> str:
     if bench is not None:
         lines += ["", f"Benchmarks: {bench.device}, runtime {bench.runtime}, {bench.threads} threads, "
                   f"{bench.warmup_runs} warm-up and {bench.timed_runs} timed runs, each artifact in its own process."]
+        error = result.latency_model_error()
+        if error.count:
+            lines.append(f"Latency model, predicted before each benchmark: {error.describe()}.")
     lines += ["", "## Kept heads per layer", "", "| layer | kept | heads |", "|---|---|---|"]
     heads = fitted.plan.heads
     for layer, (total, kept) in enumerate(zip(heads.num_heads, heads.kept_heads, strict=True) if heads else ()):

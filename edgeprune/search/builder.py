@@ -343,6 +343,9 @@ class CandidateBuilder:
         inputs = self.remap(self.example, artifact.vocabulary_size is not None)
         where = f"estimated for {self.profile.name}" if self.estimator else f"on {self.profile.name}"
         self.progress.note(f"  benchmarking {where} ({self.options.bench_runs} runs, {self.profile.threads} threads)")
+        # the latency model's figure before it sees this measurement: result.json keeps both (its error, measured)
+        artifact.predicted_latency_ms = self.predict_latency(artifact.shape, artifact.recipe)
+        artifact.latency_basis = self.latency_model.basis(artifact.recipe.name)
         if self.estimator is not None:
             artifact.benchmark = self.estimator.benchmark(self.work / artifact.path, inputs, self.runtime,
                                                           self.options.bench_warmup, self.options.bench_runs)

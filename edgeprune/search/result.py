@@ -1,6 +1,7 @@
 """What a fit produces: every trial, the dense baseline, every candidate built and the chosen one, all JSON-ready."""
 
 import json
+from collections import Counter
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -12,6 +13,7 @@ from edgeprune.importance.base import HeadScores
 from edgeprune.pruning.structure import StructurePlan
 from edgeprune.quantize.recipes import RECIPES, Recipe
 from edgeprune.search.budget import Budget, BudgetCheck
+from edgeprune.search.latency import PredictionError, prediction_error
 from edgeprune.search.space import Shape
 from edgeprune.serialization import from_jsonable, to_jsonable, write_json_atomic
 from edgeprune.tasks.base import Quality
@@ -64,14 +66,20 @@ class BuiltArtifact:
     layers_removed: list[int] = field(default_factory=list)  # the teacher's layers that were dropped
     note: str = ""  # why it was not evaluated or benchmarked, when it was not
     core_parameters: int = 0  # parameters outside the embedding tables (ties go to the candidate keeping most)
+    predicted_latency_ms: float | None = None  # the latency model's p50, predicted just before the benchmark
+    latency_basis: str = ""  # what that prediction rested on (edgeprune.search.latency.BASES)
+
+    @property
+    def shape(self) -> Shape:
+        """The point of the search space this artifact was built at."""
+        return Shape(self.heads_removed, self.ffn_fraction, len(self.layers_removed), self.vocabulary_size is not None)
 
     @property
     def heads_removed(self) -> int:
         return 0 if self.plan.heads is None else self.plan.heads.heads_removed
 
     def describe(self) -> str:
-        return Shape(self.heads_removed, self.ffn_fraction, len(self.layers_removed),
-                     self.vocabulary_size is not None).describe()
+        return self.shape.describe()
 
     @property
     def meets_budget(self) -> bool:
@@ -108,6 +116,15 @@ class FitResult:
     @property
     def fits(self) -> bool:
         return self.status == "fit"
+
+    def latency_model_error(self) -> PredictionError:
+        """How far the latency model's predictions were from the p50 measured on the device, over every candidate
+        benchmarked there (estimated benchmarks say nothing about the model's error, so they are left out)."""
+        built = [c for c in self.candidates if c.benchmark is not None and c.benchmark.measured
+                 and c.predicted_latency_ms is not None]
+        error = prediction_error((c.predicted_latency_ms, c.benchmark.p50_ms) for c in built)
+        error.by_basis = dict(Counter(c.latency_basis for c in built))
+        return error
 
     def save(self, path: str | Path) -> Path:
         """Write result.json atomically (readers never see half a file)."""
