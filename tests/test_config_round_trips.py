@@ -5,6 +5,8 @@ import json
 
 import numpy as np
 import pytest
+from hypothesis import given
+from hypothesis import strategies as st
 
 from edgeprune.data import SplitRatios
 from edgeprune.devices import load_profile
@@ -21,7 +23,7 @@ from edgeprune.search.options import FitOptions
 from edgeprune.search.result import RESULT_FORMAT_VERSION, BuiltArtifact, FitResult, Trial
 from edgeprune.search.searcher import Proposal
 from edgeprune.search.space import Shape
-from edgeprune.serialization import from_jsonable, to_jsonable
+from edgeprune.serialization import from_jsonable, json_text, to_jsonable
 from edgeprune.tasks.base import Quality
 from tests.test_report_html import fit_result
 
@@ -128,3 +130,19 @@ def test_a_bad_result_file_is_one_clean_error(tmp_path, content, message):
         path.write_bytes(content)
     with pytest.raises(UserInputError, match=message):
         FitResult.load(path)
+
+
+JSON_VALUES = st.recursive(
+    st.none() | st.booleans() | st.integers() | st.floats(allow_nan=False, allow_infinity=False) | st.text(),
+    lambda children: st.lists(children, max_size=4) | st.dictionaries(st.text(), children, max_size=4),
+    max_leaves=20)
+
+
+@given(JSON_VALUES)
+def test_json_text_reads_back_to_the_same_value(value):
+    assert json.loads(json_text(value)) == value
+
+
+def test_json_text_keeps_lists_of_numbers_on_one_line():
+    assert json_text({"kept_ids": [0, 5, 7], "scores": [[0.5, None], [1.0]], "name": "x"}) == (
+        '{\n  "kept_ids": [0, 5, 7],\n  "scores": [\n    [0.5, null],\n    [1.0]\n  ],\n  "name": "x"\n}')
