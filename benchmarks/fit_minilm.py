@@ -39,7 +39,7 @@ def main() -> int:
         records.append({"max_mb": max_mb, "wall_s": round(wall, 1), "result": to_jsonable(result)})
         for artifact in (result.dense, result.fitted):
             bench = artifact.benchmark
-            rows.append([f"{max_mb:g}", artifact.label, artifact.recipe, str(artifact.plan["heads_removed"]),
+            rows.append([f"{max_mb:g}", artifact.label, artifact.recipe.name, str(artifact.heads_removed),
                          f"{artifact.file_bytes / 1e6:.2f}", f"{bench.p50_ms:.1f}", f"{bench.p90_ms:.1f}",
                          f"{bench.peak_rss_mb:.0f}", f"{100 * artifact.test_accuracy:.2f}", str(bench.threads)])
         speedup = result.dense.benchmark.p50_ms / result.fitted.benchmark.p50_ms

@@ -45,7 +45,7 @@ def dense_int8_p50(runs: int) -> float:
 
 
 def describe(artifact) -> str:  # noqa: ANN001 - a BuiltArtifact
-    return f"{artifact.recipe}, {artifact.describe()}"
+    return f"{artifact.recipe.name}, {artifact.describe()}"
 
 
 def run_fit(budget: Budget, options: FitOptions) -> dict:

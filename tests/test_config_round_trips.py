@@ -5,6 +5,8 @@ import json
 
 import numpy as np
 import pytest
+from hypothesis import given
+from hypothesis import strategies as st
 
 from edgeprune.data import SplitRatios
 from edgeprune.devices import load_profile
@@ -12,14 +14,16 @@ from edgeprune.devices.profile import DeviceProfile
 from edgeprune.errors import UserInputError
 from edgeprune.importance.base import HeadScores
 from edgeprune.pruning.plan import PruningPlan
+from edgeprune.pruning.structure import StructurePlan
 from edgeprune.quantize import RECIPES, Recipe
+from edgeprune.quantize.vocabulary import VocabularyMap
 from edgeprune.recovery import DistillConfig
 from edgeprune.search.budget import Budget, BudgetCheck
 from edgeprune.search.options import FitOptions
 from edgeprune.search.result import RESULT_FORMAT_VERSION, BuiltArtifact, FitResult, Trial
 from edgeprune.search.searcher import Proposal
 from edgeprune.search.space import Shape
-from edgeprune.serialization import from_jsonable, to_jsonable
+from edgeprune.serialization import from_jsonable, json_text, to_jsonable
 from edgeprune.tasks.base import Quality
 from tests.test_report_html import fit_result
 
@@ -56,12 +60,18 @@ def test_the_config_list_covers_every_recipe_and_the_typed_values_fit_writes():
 
 
 def test_plans_and_scores_round_trip_through_their_dicts():
+    structure = StructurePlan(PruningPlan([4, 4], [[0, 2], [1, 2, 3]], "fluctuation", "global-topk"),
+                              ffn_kept=[[0, 3, 5], [1]], layers_removed=[1],
+                              vocabulary=VocabularyMap(10, [0, 1, 4, 7], unk_id=1))
+    assert from_jsonable(StructurePlan, json.loads(json.dumps(to_jsonable(structure)))) == structure
     plan = PruningPlan([4, 4, 4], [[0, 2], [1, 2, 3], [3]], criterion="fluctuation", strategy="global-top-k")
     assert PruningPlan.from_dict(json.loads(json.dumps(plan.to_dict()))) == plan
     scores = HeadScores(np.array([[0.1, np.nan], [0.3, 0.2]]), "fluctuation", num_examples=16)
     again = HeadScores.from_dict(json.loads(json.dumps(scores.to_dict())))
     np.testing.assert_array_equal(again.scores, scores.scores)
     assert (again.criterion, again.num_examples) == ("fluctuation", 16)
+    assert again == scores and from_jsonable(HeadScores, json.loads(json.dumps(to_jsonable(scores)))) == scores
+    assert again != HeadScores(np.array([[0.1, np.nan], [0.3, 0.25]]), "fluctuation", num_examples=16)
 
 
 def test_a_fit_result_saves_and_loads_back_equal(tmp_path):
@@ -73,9 +83,33 @@ def test_a_fit_result_saves_and_loads_back_equal(tmp_path):
     assert [c.kind for c in loaded.fitted.checks] == ["size", "latency", "quality"]
 
 
+def in_format_1(data: dict) -> dict:
+    """A format-2 result.json as format 1 wrote it: the head plan as the artifact's plan, recipes by name."""
+    data["format_version"] = 1
+    for artifact in [data["dense"], data["fitted"], *data["candidates"]]:
+        artifact["plan"], artifact["recipe"] = artifact["plan"]["heads"], artifact["recipe"]["name"]
+    return data
+
+
+def test_a_result_of_format_1_loads_into_typed_plans_and_recipes(tmp_path):
+    (tmp_path / "result.json").write_text(json.dumps(in_format_1(to_jsonable(fit_result()))))
+    loaded = FitResult.load(tmp_path / "result.json")
+    assert loaded == fit_result() and loaded.format_version == RESULT_FORMAT_VERSION
+    assert isinstance(loaded.fitted.plan, StructurePlan) and loaded.fitted.plan.heads.heads_removed == 8
+    assert isinstance(loaded.fitted.recipe, Recipe) and loaded.fitted.recipe == RECIPES.get("int8")
+
+
+def test_a_format_1_result_naming_a_recipe_this_edgeprune_lacks_is_one_clean_error(tmp_path):
+    data = in_format_1(to_jsonable(fit_result()))
+    data["fitted"]["recipe"] = "int3-experimental"
+    (tmp_path / "result.json").write_text(json.dumps(data))
+    with pytest.raises(UserInputError, match="result.json: unknown quantization recipe 'int3-experimental'"):
+        FitResult.load(tmp_path / "result.json")
+
+
 def test_a_result_of_an_earlier_format_loads(tmp_path):
     """Before format 1: no format_version, and budget checks without kinds (inferred from their names)."""
-    data = to_jsonable(fit_result())
+    data = in_format_1(to_jsonable(fit_result()))
     del data["format_version"]
     for artifact in [data["dense"], data["fitted"], *data["candidates"]]:
         for check in artifact["checks"]:
@@ -96,3 +130,19 @@ def test_a_bad_result_file_is_one_clean_error(tmp_path, content, message):
         path.write_bytes(content)
     with pytest.raises(UserInputError, match=message):
         FitResult.load(path)
+
+
+JSON_VALUES = st.recursive(
+    st.none() | st.booleans() | st.integers() | st.floats(allow_nan=False, allow_infinity=False) | st.text(),
+    lambda children: st.lists(children, max_size=4) | st.dictionaries(st.text(), children, max_size=4),
+    max_leaves=20)
+
+
+@given(JSON_VALUES)
+def test_json_text_reads_back_to_the_same_value(value):
+    assert json.loads(json_text(value)) == value
+
+
+def test_json_text_keeps_lists_of_numbers_on_one_line():
+    assert json_text({"kept_ids": [0, 5, 7], "scores": [[0.5, None], [1.0]], "name": "x"}) == (
+        '{\n  "kept_ids": [0, 5, 7],\n  "scores": [\n    [0.5, null],\n    [1.0]\n  ],\n  "name": "x"\n}')

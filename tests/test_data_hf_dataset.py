@@ -94,7 +94,8 @@ def test_a_saved_dataset_without_the_datasets_package_is_one_line_naming_it(tmp_
     topic_dataset().save_to_disk(tmp_path / "saved")
     monkeypatch.setitem(sys.modules, "datasets", None)  # as if not installed: `import datasets` raises ImportError
     assert detect_format(tmp_path / "saved") == "hf-dataset"  # told by its files, without the package
-    with pytest.raises(UserInputError, match=r"needs the package datasets \(pip install datasets\)"):
+    missing = r"needs datasets, which is not installed: pip install 'edgeprune\[datasets\]'"
+    with pytest.raises(UserInputError, match=missing):
         load_examples(tmp_path / "saved")
 
 

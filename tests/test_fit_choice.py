@@ -4,6 +4,9 @@ front, and what it says when nothing fits."""
 import pytest
 
 from edgeprune.export.verify import Verification
+from edgeprune.pruning.plan import PruningPlan
+from edgeprune.pruning.structure import StructurePlan
+from edgeprune.quantize import RECIPES
 from edgeprune.search.budget import Budget
 from edgeprune.search.choice import choose, pareto_front
 from edgeprune.search.result import BuiltArtifact
@@ -14,8 +17,8 @@ REFERENCE = Quality("accuracy", 0.96, split="validation")
 
 
 def candidate(path, mb, p50, accuracy, heads_removed=0, recipe="int8"):
-    artifact = BuiltArtifact(label="candidate", recipe=recipe, path=path,
-                             plan={"heads_removed": heads_removed, "num_heads": [4, 4]}, parameters=1,
+    artifact = BuiltArtifact(label="candidate", recipe=RECIPES.get(recipe), path=path,
+                             plan=StructurePlan(PruningPlan([heads_removed + 1], [[0]])), parameters=1,
                              file_bytes=int(mb * 1e6), predicted_bytes=int(mb * 1e6),
                              verification=Verification(1, 1.0, 0.0, 0.99), benchmark=bench(p50=p50, p90=p50, p99=p50),
                              validation_quality=Quality("accuracy", accuracy, split="validation"))

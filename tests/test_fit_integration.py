@@ -7,6 +7,7 @@ import torch
 
 from edgeprune.cli import main
 from edgeprune.export import load_artifact
+from edgeprune.search.latency import BASES
 
 pytestmark = pytest.mark.integration
 
@@ -66,20 +67,24 @@ def test_fit_removes_heads_until_the_artifact_fits(small_bert_dir, tmp_path, cap
     assert result == printed and result["status"] == "fit"
     fitted = result["fitted"]
     assert fitted["file_bytes"] == (out / "model.pte").stat().st_size <= budget_mb * 1e6
-    assert all(len(kept) >= 1 for kept in fitted["plan"]["kept_heads"])
+    assert all(len(kept) >= 1 for kept in fitted["plan"]["heads"]["kept_heads"])
     # int8 fits only with at least 4 heads gone (the size physics); anything built with fewer was over budget
-    int8 = {c["plan"]["heads_removed"]: c for c in result["candidates"] if c["recipe"] == "int8"}
+    int8 = {c["plan"]["heads"]["heads_removed"]: c for c in result["candidates"] if c["recipe"]["name"] == "int8"}
     assert all(n >= 4 for n, c in int8.items() if all(check["passed"] for check in c["checks"]))
     fewer = [t for t in result["trials"] if t["recipe"] == "int8" and t["heads_removed"] < 4 and t["file_bytes"]]
     assert all(t["file_bytes"] > budget_mb * 1e6 and t["fits"] is False for t in fewer)
     assert_fit_chose_right(result)
+    # every benchmarked candidate keeps the latency model's prediction, made before its benchmark, and its basis
+    benchmarked = [c for c in result["candidates"] if c["benchmark"] is not None]
+    assert benchmarked and all(c["latency_basis"] in BASES for c in benchmarked)
+    assert all(c["predicted_latency_ms"] > 0 for c in benchmarked if c["latency_basis"] != "none")
     assert fitted["label"] == "fitted" and "model.pte" in result["pareto"]  # nothing beats it on every axis
     for artifact in (result["dense"], fitted):
         bench = artifact["benchmark"]
         assert bench["timed_runs"] >= 20 and len(bench["latency_ms"]) == bench["timed_runs"]
         assert 0 < bench["p50_ms"] <= bench["p90_ms"] and bench["peak_rss_mb"] > 0 and bench["threads"] == 2
         assert 0.0 <= artifact["test_accuracy"] <= 1.0
-    assert result["reproduce"]["kept_heads"] == fitted["plan"]["kept_heads"]
+    assert result["reproduce"]["kept_heads"] == fitted["plan"]["heads"]["kept_heads"]
     report = (out / "report.md").read_text()
     assert "latency p50" in report and "test accuracy through executorch" in report
     # the artifact on disk runs and gives the logits and the embedding
@@ -98,8 +103,12 @@ def test_fit_that_cannot_fit_exits_3_with_the_closest_result(small_bert_dir, tmp
     assert result["status"] == "budget_not_met" and result["fitted"]["label"] == "closest"
     assert result["binding_budgets"] == ["size"] and result["suggestions"]
     closest = result["fitted"]  # the most compressed candidate of the space, measured in full
-    assert closest["recipe"] == "int4" and closest["ffn_fraction"] == 0.5 and len(closest["layers_removed"]) == 1
-    assert closest["plan"]["heads_removed"] == 3 and closest["vocabulary_size"] is not None
+    assert closest["recipe"]["name"] == "int4" and closest["ffn_fraction"] == 0.5
+    assert len(closest["layers_removed"]) == 1
+    assert closest["plan"]["heads"]["heads_removed"] == 3
+    assert len(closest["plan"]["vocabulary"]["kept_ids"]) == closest["vocabulary_size"]
+    assert closest["plan"]["layers_removed"] == closest["layers_removed"] and all(
+        len(kept) == 128 // 2 for kept in closest["plan"]["ffn_kept"])  # half of every layer's 128 neurons
     assert closest["benchmark"] is not None and closest["validation_quality"] is not None
 
 

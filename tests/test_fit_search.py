@@ -13,6 +13,9 @@ from edgeprune.bench.benchmark import BenchmarkResult
 from edgeprune.errors import VerificationError
 from edgeprune.export.verify import Verification
 from edgeprune.progress import Progress
+from edgeprune.pruning.plan import PruningPlan
+from edgeprune.pruning.structure import StructurePlan
+from edgeprune.quantize import RECIPES as RECIPE_REGISTRY
 from edgeprune.search import Budget
 from edgeprune.search.choice import choose
 from edgeprune.search.options import FitOptions
@@ -115,11 +118,11 @@ class WorldBuilder:
             self.measured.add(recipe)
 
     def benchmark(self, artifact: BuiltArtifact) -> None:
-        artifact.benchmark = bench(latency_ms(artifact.recipe, shape_of(artifact)))
+        artifact.benchmark = bench(latency_ms(artifact.recipe.name, shape_of(artifact)))
 
     def evaluate(self, artifact: BuiltArtifact) -> None:
         shape = shape_of(artifact)
-        artifact.validation_quality = Quality("accuracy", proxy(shape) - LOSS[artifact.recipe], True, "validation",
+        artifact.validation_quality = Quality("accuracy", proxy(shape) - LOSS[artifact.recipe.name], True, "validation",
                                               100)
 
 
@@ -131,7 +134,8 @@ def shape_of(artifact: BuiltArtifact) -> Shape:
 def artifact_for(recipe: str, shape: Shape) -> BuiltArtifact:
     size = int(size_mb(recipe, shape) * 1e6)
     return BuiltArtifact(
-        "candidate", recipe, f"{recipe}-{shape.key}.pte", {"heads_removed": shape.heads_removed}, 1, size, size,
+        "candidate", RECIPE_REGISTRY.get(recipe), f"{recipe}-{shape.key}.pte",
+        StructurePlan(PruningPlan([shape.heads_removed + 1], [[0]])), 1, size, size,
         Verification(1, 1.0, 0.0, 0.99), vocabulary_size=100 if shape.trim_vocabulary else None,
         ffn_fraction=shape.ffn_fraction, layers_removed=list(range(shape.layers_removed)),
         core_parameters=core_parameters(shape),
@@ -231,7 +235,7 @@ def test_a_recipe_rejected_by_verification_is_dropped_and_the_search_goes_on():
     builder, candidates = run(budget, rejected=("int8",))
     assert builder.built[0] == ("int8", Shape()) and all(recipe != "int8" for recipe, _ in builder.built[1:])
     fitted, binding, _ = choose(candidates, budget, REFERENCE)
-    assert not binding and fitted.recipe == "int8-emb4" and fitted.heads_removed == 0
+    assert not binding and fitted.recipe.name == "int8-emb4" and fitted.heads_removed == 0
     assert any(t.note.startswith("rejected by verification: candidate (int8)") for t in builder.trials)
     with pytest.raises(VerificationError, match="every recipe tried .* was rejected by verification"):
         run(budget, rejected=RECIPES)
@@ -243,7 +247,6 @@ def test_a_searcher_restored_from_its_state_proposes_what_the_original_would(sto
     which then goes on exactly as the original does."""
     import json
 
-    from edgeprune.quantize import RECIPES as RECIPE_REGISTRY
     from edgeprune.search.searcher import BestFirstSearcher
 
     budget = Budget(max_mb=9.0, max_latency_ms=8.0)

@@ -2,7 +2,7 @@
 
 import pytest
 
-from edgeprune.search.latency import LatencyModel
+from edgeprune.search.latency import BASES, LatencyModel, prediction_error
 
 
 def test_nothing_measured_predicts_nothing():
@@ -43,3 +43,39 @@ def test_before_any_measurement_the_profiles_roofline_is_a_lower_bound():
     assert LatencyModel().predict("int8", 1_000, 1_000) is None  # a profile without figures (host)
     model.observe("int8", 1_000, 3.0)
     assert model.predict("int8", 2_000, 50_000_000) == pytest.approx(6.0)  # measurements replace the bound
+
+
+def test_the_basis_of_a_prediction_follows_what_the_model_has_seen():
+    model = LatencyModel()
+    assert model.basis("int8") == "none"
+    assert LatencyModel(peak_gflops=50.0).basis("int8") == "roofline"
+    model.observe("int8", 1_000_000, 10.0)
+    assert (model.basis("int8"), model.basis("int4")) == ("one point", "borrowed")
+    model.observe("int8", 1_000_000, 10.4)  # the same FLOPs again: still one point of the line
+    assert model.basis("int8") == "one point"
+    model.observe("int8", 2_000_000, 18.0)
+    assert model.basis("int8") == "fitted" and set(BASES) >= {"none", "roofline", "one point", "borrowed", "fitted"}
+
+
+def test_prediction_error_is_the_distribution_of_relative_errors():
+    error = prediction_error([(11.0, 10.0), (9.0, 10.0), (15.0, 10.0), (10.0, 10.0)])
+    assert (error.count, error.within_10_percent) == (4, 0.75)
+    assert error.median_abs_percent == pytest.approx(10.0) and error.p90_abs_percent == pytest.approx(50.0)
+    assert error.describe() == ("75% of 4 predictions within ±10 % of the measured p50 (median error 10.0 %, "
+                                "p90 50.0 %)")
+    assert prediction_error([]).describe() == "no benchmarked candidate had a latency prediction"
+
+
+def test_a_fit_result_measures_its_latency_model_on_device_benchmarks_only():
+    from tests.test_report_html import fit_result
+
+    result = fit_result()
+    benchmarked = [c for c in result.candidates if c.benchmark is not None]
+    for candidate, predicted in zip(benchmarked, (15.0, 11.5, 12.0), strict=True):  # measured p50s: ~14, ~11, ~9
+        candidate.predicted_latency_ms, candidate.latency_basis = predicted, "fitted"
+    benchmarked[-1].benchmark.measured = False  # an estimate: says nothing about the model
+    error = result.latency_model_error()
+    assert error.count == 2 and error.by_basis == {"fitted": 2}
+    pairs = zip(benchmarked[:2], (15.0, 11.5), strict=True)
+    relative = [abs(p - c.benchmark.p50_ms) / c.benchmark.p50_ms * 100 for c, p in pairs]
+    assert error.median_abs_percent == pytest.approx(sum(relative) / 2)

@@ -121,7 +121,9 @@ def test_ffn_removal_then_recovery_lowers_the_kl():
     model = copy.deepcopy(teacher)
     data = _data(teacher)
     config = CONFIG.replace(max_steps=12, eval_every=3, learning_rate=1e-4, task_weight=0.0, embedding_weight=0.0)
-    removed, result = prune_ffn_and_recover(model, teacher, data, 0.5, "weight-norm", config, progress=QUIET)
+    # without compensation: with the means folded in, this student starts ten times closer (0.06 against > 0.5)
+    removed, result = prune_ffn_and_recover(model, teacher, data, 0.5, "weight-norm", config, progress=QUIET,
+                                            compensate=False)
     assert intermediate_sizes(model) == [32, 32, 32] and all(len(v) == 32 for v in removed.values())
     assert model.encoder.config.intermediate_size == 32
     initial = result.history[0]["kl"]

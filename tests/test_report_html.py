@@ -28,6 +28,8 @@ from edgeprune.bench.benchmark import BenchmarkResult
 from edgeprune.export.verify import Verification
 from edgeprune.importance.base import HeadScores
 from edgeprune.pruning.plan import PruningPlan
+from edgeprune.pruning.structure import StructurePlan
+from edgeprune.quantize import RECIPES
 from edgeprune.report import render_html, render_markdown
 from edgeprune.report.facts import budget_rows
 from edgeprune.report.plots.base import CHOSEN, DENSE, FRONT
@@ -69,7 +71,8 @@ def artifact(path: str, recipe: str, heads_removed: int, file_mb: float, validat
     if bench is not None:
         bench.file_bytes = int(file_mb * 1e6)
     return BuiltArtifact(
-        label="candidate", recipe=recipe, path=path, plan=plan.to_dict(), parameters=int(file_mb * 250_000),
+        label="candidate", recipe=RECIPES.get(recipe), path=path, plan=StructurePlan(plan),
+        parameters=int(file_mb * 250_000),
         file_bytes=int(file_mb * 1e6), predicted_bytes=int(file_mb * 1.02e6),
         verification=Verification(8, 0.9991, 0.02, 0.99), benchmark=bench,
         validation_quality=None if validation is None else Quality("accuracy", validation, split="validation",
@@ -88,9 +91,9 @@ def fit_result(budget: Budget | None = None, **changes: object) -> FitResult:
     dense = artifact("dense-fp32.pte", "fp32", 0, 90.0, 0.953, benchmark(30.0, 2.0, 260.0))
     dense.label = "dense baseline"
     candidates = [
-        artifact("(not kept) candidate-int8-0.pte", "int8-dynamic", 0, 24.0, 0.950, benchmark(14.0, 1.0)),
-        artifact("model.pte", "int8-dynamic", 8, 19.0, 0.944, benchmark(11.0, 1.5)),
-        artifact("(not kept) candidate-int8-14.pte", "int8-dynamic", 14, 15.5, 0.902, benchmark(9.0, 0.8)),
+        artifact("(not kept) candidate-int8-0.pte", "int8", 0, 24.0, 0.950, benchmark(14.0, 1.0)),
+        artifact("model.pte", "int8", 8, 19.0, 0.944, benchmark(11.0, 1.5)),
+        artifact("(not kept) candidate-int8-14.pte", "int8", 14, 15.5, 0.902, benchmark(9.0, 0.8)),
         artifact("(not kept) candidate-fp32-14.pte", "fp32", 14, 60.0, None, None),
     ]
     for candidate in [dense, *candidates]:
@@ -102,12 +105,12 @@ def fit_result(budget: Budget | None = None, **changes: object) -> FitResult:
     fitted.quality = Quality("accuracy", 0.941, examples=400, details={})
     dense.test_accuracy, fitted.test_accuracy = dense.quality.value, fitted.quality.value
     result = FitResult(
-        status="fit", message="fits every budget with int8-dynamic, 8 of 24 heads removed", device="host",
+        status="fit", message="fits every budget with int8, 8 of 24 heads removed", device="host",
         budget=budget, task={"name": "minilm-bbc", "kind": "classification", "model_path": "/models/minilm",
                              "metric": "accuracy", "split_sizes": {"calibration": 400, "validation": 200, "test": 400}},
-        teacher_test_accuracy=0.953, head_scores=scores.to_dict(), dense=dense, fitted=fitted,
-        trials=[Trial("int8-dynamic", 8, 18_900_000, 19_000_000, True, 12.5),
-                Trial("int8-dynamic", 4, 21_000_000, note="skipped: the size model predicts it is over budget")],
+        teacher_test_accuracy=0.953, head_scores=scores, dense=dense, fitted=fitted,
+        trials=[Trial("int8", 8, 18_900_000, 19_000_000, True, 12.5),
+                Trial("int8", 4, 21_000_000, note="skipped: the size model predicts it is over budget")],
         reproduce={"command": "edgeprune fit --device host --max-mb 20", "runtime": "executorch",
                    "versions": {"edgeprune": "0.1.0", "executorch": "1.5.1"}},
         out_dir="runs/fit-test", elapsed_s=321.0, timings_s={"scoring": 20.0, "search": 250.0},
@@ -151,10 +154,10 @@ def test_points_sit_where_their_figures_put_them():
         r'class="point[^"]*">\s*<title>([^<]*)</title>.*?<use [^>]*x="([\d.]+)" y="([\d.]+)"', svg, re.S)]
     by_latency = sorted(placed, key=lambda p: p[0])  # left to right: p50 about 9, 11, 14, 30 ms
     assert [tip.split(":")[0] for _, _, tip in by_latency] == [
-        "int8-dynamic, 14 heads removed", "fitted", "int8-dynamic, 0 heads removed", "dense baseline (fp32)"]
+        "int8, 14 heads removed", "fitted", "int8, 0 heads removed", "dense baseline (fp32)"]
     by_height = sorted(placed, key=lambda p: p[1])  # top to bottom: quality 95.3, 95.0, 94.4, 90.2 %
     assert [tip.split(":")[0] for _, _, tip in by_height] == [
-        "dense baseline (fp32)", "int8-dynamic, 0 heads removed", "fitted", "int8-dynamic, 14 heads removed"]
+        "dense baseline (fp32)", "int8, 0 heads removed", "fitted", "int8, 14 heads removed"]
     fast, fitted, slow = (c.benchmark.p50_ms for c in (result.candidates[2], result.fitted, result.candidates[0]))
     (x_fast, _, _), (x_fitted, _, _), (x_slow, _, _), _ = by_latency
     assert (x_fitted - x_fast) / (x_slow - x_fitted) == pytest.approx((fitted - fast) / (slow - fitted), rel=1e-3)
@@ -244,7 +247,8 @@ def test_text_from_results_is_escaped():
 
 
 def test_a_result_without_benchmarks_candidates_or_scores_still_renders():
-    result = fit_result(candidates=[], pareto=[], head_scores={}, trials=[], teacher_quality=None)
+    unscored = HeadScores(np.full((LAYERS, HEADS), np.nan), "fluctuation", 0)
+    result = fit_result(candidates=[], pareto=[], head_scores=unscored, trials=[], teacher_quality=None)
     result.dense.benchmark = None
     result.fitted.benchmark = None
     result.fitted.quality = None
@@ -261,7 +265,7 @@ def test_estimated_benchmarks_are_labelled_estimated():
     page = render_html(result)
     summary = re.search(r'<table id="summary-table".*?</table>', page, re.S).group(0)
     assert '<span class="badge estimated">estimated</span>' in summary
-    assert "fitted: int8-dynamic, 8 heads removed (estimated)" in svg_of(page, "plot-latency")
+    assert "fitted: int8, 8 heads removed (estimated)" in svg_of(page, "plot-latency")
 
 
 def test_a_fit_that_failed_says_what_binds_and_what_would_help():

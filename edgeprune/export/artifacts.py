@@ -80,6 +80,7 @@ def export(
     (`accepted` False) for a measurement that wants rejected recipes too.
     """
     recipe = RECIPES.get(recipe) if isinstance(recipe, str) else recipe
+    RUNTIMES.get(recipe.runtime).require()  # before recipe.apply, which may need the runtime's quantizer
     suffix = RUNTIMES.get(recipe.runtime).suffix
     cache_hit = cache_dir is not None and cache_key is not None and (Path(cache_dir) / f"{cache_key}{suffix}").exists()
     # a cache hit needs no quantized module, unless it is verified; calibrating costs a pass over every input
@@ -104,6 +105,7 @@ def export_prepared(
 ) -> ExportedArtifact:
     """`export` for a module that `recipe.apply` already produced (keep it to verify the artifact)."""
     runtime = RUNTIMES.get(recipe.runtime)
+    runtime.require()
     start = time.perf_counter()
     cached_file = cache_dir / f"{cache_key}{runtime.suffix}" if cache_dir is not None and cache_key else None
     if cached_file is not None and cached_file.exists():
@@ -150,6 +152,7 @@ def check_artifact(path: Path, runtime: str | None = None) -> str:
         hint = (f"it is {other.title}: pass --runtime {other.name} or name it *{other.suffix}" if other else
                 f"it starts with {head[:16]!r}")
         raise VerificationError(f"{path} is not {expected.title} ({hint})")
+    expected.require()
     expected.check_file(path, head, size)
     return name
 
@@ -162,6 +165,7 @@ def load_artifact(path: Path, threads: int | None = None) -> RunArtifact:
     if name is None:
         raise ValueError(f"{path}: unknown artifact type; expected one of .pte, .tflite")
     runtime = RUNTIMES.get(name)
+    runtime.require()
     try:
         return runtime.load(path, threads)
     except (RuntimeError, ValueError) as error:

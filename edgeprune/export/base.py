@@ -9,6 +9,7 @@ from torch import nn
 
 from edgeprune.errors import VerificationError
 from edgeprune.export.program_facts import ProgramFacts
+from edgeprune.extras import require_extra
 from edgeprune.quantize.recipes import Recipe
 
 RunArtifact = Callable[..., list[torch.Tensor]]
@@ -20,6 +21,12 @@ class DeviceRuntime(ABC):
     suffix: str = ""  # artifact file extension
     title: str = ""  # what one of its artifacts is called, with its article: "an ExecuTorch program"
     identifier: bytes = b""  # the flatbuffer file identifier, bytes 4 to 8 of every artifact
+    extra: str = ""  # the pip extra that installs it (edgeprune.extras)
+
+    def require(self) -> None:
+        """Refuse, in one line naming the pip extra, when this runtime's packages are not installed here."""
+        if self.extra:
+            require_extra(self.extra, f"the {self.name} runtime")
 
     def is_own(self, head: bytes) -> bool:
         """Whether a file starting with `head` carries this runtime's file identifier."""

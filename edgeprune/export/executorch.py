@@ -48,6 +48,7 @@ class ExecutorchRuntime(DeviceRuntime):
     suffix = ".pte"
     title = "an ExecuTorch program"
     identifier = b"ET12"
+    extra = "executorch"
 
     def check_file(self, path: Path, head: bytes, size: int) -> None:
         """The sizes the extended header states against the file's: what the runtime checks first when it loads."""

@@ -61,6 +61,7 @@ class LiteRTRuntime(DeviceRuntime):
     suffix = ".tflite"
     title = "a LiteRT model"
     identifier = b"TFL3"
+    extra = "litert"
 
     def check_file(self, path: Path, head: bytes, size: int) -> None:
         """The interpreter's flatbuffer verifier: it bounds-checks every table and buffer, so a cut-off file fails."""

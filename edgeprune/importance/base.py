@@ -9,12 +9,15 @@ import numpy as np
 import torch
 from torch import nn
 
+from edgeprune.serialization import json_codec
+
 Batch = Mapping[str, torch.Tensor]
 LossFn = Callable[[nn.Module, Batch], torch.Tensor]
 NORMALIZATIONS = ("l2", "zscore", "none")
 
 
-@dataclass
+@json_codec
+@dataclass(eq=False)  # the array compares element-wise; __eq__ below compares whole values
 class HeadScores:
     """[layers, heads] importance, higher = more important, indexed by the dense model's heads.
 
@@ -26,6 +29,13 @@ class HeadScores:
     num_examples: int
     normalized_per_layer: bool = False
     extra: dict[str, Any] = field(default_factory=dict)
+
+    def __eq__(self, other: object) -> bool:
+        if not isinstance(other, HeadScores):
+            return NotImplemented
+        return (np.array_equal(self.scores, other.scores, equal_nan=True)
+                and (self.criterion, self.num_examples, self.normalized_per_layer, self.extra)
+                == (other.criterion, other.num_examples, other.normalized_per_layer, other.extra))
 
     def to_dict(self) -> dict[str, Any]:
         return {

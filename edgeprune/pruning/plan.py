@@ -4,8 +4,10 @@ from dataclasses import dataclass
 from typing import Any
 
 from edgeprune.errors import UserInputError
+from edgeprune.serialization import json_codec
 
 
+@json_codec
 @dataclass(frozen=True)
 class PruningPlan:
     num_heads: list[int]  # heads per layer in the dense model

@@ -22,10 +22,12 @@ from edgeprune.pruning.ffn import intermediate_sizes, neuron_statistics, remove_
 from edgeprune.pruning.plan import PruningPlan
 from edgeprune.pruning.surgery import apply_plan
 from edgeprune.quantize.vocabulary import VocabularyMap, trim_vocabulary
+from edgeprune.serialization import json_codec
 
 STRUCTURE_FORMAT_VERSION = 1
 
 
+@json_codec
 @dataclass
 class StructurePlan:
     """What stays of a dense model, on its own indices. None / empty: that dimension is left whole."""

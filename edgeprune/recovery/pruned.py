@@ -16,11 +16,12 @@ from edgeprune.models import adapter_for
 from edgeprune.models.classifier import EncoderClassifier
 from edgeprune.models.io import save
 from edgeprune.progress import Progress
-from edgeprune.pruning.ffn import NEURON_CRITERIA, intermediate_sizes, plan_neurons, remove_neurons, score_neurons
+from edgeprune.pruning.ffn import NEURON_CRITERIA, intermediate_sizes
+from edgeprune.pruning.structure import StructurePlan, apply_structure
 from edgeprune.recovery.config import DistillConfig, DistillResult
 from edgeprune.recovery.data import DistillData
 from edgeprune.recovery.distill import distill
-from edgeprune.recovery.schedules import remove_redundant_layers
+from edgeprune.recovery.schedules import ffn_removal, redundant_layers
 from edgeprune.serialization import write_json_atomic
 
 if TYPE_CHECKING:
@@ -70,14 +71,16 @@ def distill_pruned(student_encoder: nn.Module, task: "Task", config: DistillConf
                    remove_layers: int = 0, ffn_ratio: float = 0.0, ffn_criterion: str = "activation",
                    scoring_batches: int = 8, batch_size: int = 16, train_limit: int | None = None,
                    validation_limit: int | None = None, source: Path | None = None,
-                   progress: Progress | None = None) -> PrunedDistillation:
+                   progress: Progress | None = None, compensate: bool = True) -> PrunedDistillation:
     """Recover `student_encoder` (a pruned copy of the task's encoder, changed in place) by distilling from the
     task's dense teacher, an `EncoderClassifier` whose head the student starts from.
 
     First, optionally, the `remove_layers` consecutive layers that change the hidden states least on
     `scoring_batches` calibration batches go (the student's layers are then aligned with the teacher's kept
-    layers for hidden-state losses), then `ffn_ratio` of every layer's FFN neurons, scored by `ffn_criterion`
-    (one of `edgeprune.pruning.ffn.NEURON_CRITERIA`). Training reads the task's calibration split (the first
+    layers for hidden-state losses), and `ffn_ratio` of every layer's FFN neurons, scored by `ffn_criterion`
+    (one of `edgeprune.pruning.ffn.NEURON_CRITERIA`) on the student as it came; both are removed by one
+    `apply_structure`, the removed neurons' mean outputs folded into the FFN output biases when `compensate`
+    (as `fit` does). Training reads the task's calibration split (the first
     `train_limit` documents) and stops early on its validation split (the first `validation_limit`). `source`,
     the folder the encoder came from, is named in messages and recorded by `save_distilled`. Notes go to
     `progress` (default: the task's).
@@ -106,17 +109,20 @@ def distill_pruned(student_encoder: nn.Module, task: "Task", config: DistillConf
     data = DistillData.from_task(task, batch_size, config.seed, train_limit, validation_limit)
     scoring = data.scoring_batches(scoring_batches)
     facts: dict[str, Any] = {}
-    if remove_layers:
-        removal = remove_redundant_layers(student, scoring(), remove_layers)
+    # layers and FFN neurons are both chosen on the student as it came, then removed in one apply_structure
+    removal = redundant_layers(student, scoring(), remove_layers) if remove_layers else None
+    gone = removal.removed if removal else []
+    if ffn_ratio:
+        ffn_removal(student, ffn_ratio, ffn_criterion, scoring, compensate, gone)
+        facts.update(ffn_ratio=ffn_ratio, ffn_criterion=ffn_criterion)
+    elif gone:
+        apply_structure(student, StructurePlan(layers_removed=gone))
+    if removal:
         progress.note(f"removed layers {removal.removed} (angular distance)")
         facts.update(removed_layers=removal.removed, layer_map=removal.layer_map)
         # the student's layers map to the teacher's kept layers, for hidden-state alignment
         if len(removal.layer_map) + len(removal.removed) == len(adapter_for(teacher).layer_modules(teacher)):
             config = dataclasses.replace(config, layer_map=removal.layer_map)
-    if ffn_ratio:
-        batches = None if ffn_criterion == "weight-norm" else scoring()
-        remove_neurons(student, plan_neurons(score_neurons(student, batches, ffn_criterion), ffn_ratio))
-        facts.update(ffn_ratio=ffn_ratio, ffn_criterion=ffn_criterion)
     if facts:
         facts["intermediate_sizes"] = intermediate_sizes(student)
     result = distill(student, teacher, data, config, progress)

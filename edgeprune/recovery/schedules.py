@@ -14,8 +14,9 @@ from edgeprune.importance import score_heads, score_layers
 from edgeprune.importance.base import Batch, HeadScores, LayerScores, LossFn
 from edgeprune.models import adapter_for
 from edgeprune.progress import Progress
-from edgeprune.pruning import Constraints, PruningPlan, apply_plan, current_plan, plan_global_topk
+from edgeprune.pruning import Constraints, PruningPlan, current_plan, plan_global_topk
 from edgeprune.pruning.selection import present_heads
+from edgeprune.pruning.structure import StructureCompensation, StructurePlan, apply_structure, ffn_kept_from_removal
 from edgeprune.recovery.config import DistillConfig, DistillResult
 from edgeprune.recovery.data import DistillData
 from edgeprune.recovery.distill import distill
@@ -43,17 +44,23 @@ class Recovered:
     recovery_seconds: float = 0.0
 
 
-def remove_redundant_layers(model: nn.Module, batches: Iterable[Batch], count: int) -> LayerRemoval:
-    """Drop the `count` consecutive layers whose block changes the hidden states least (angular distance,
-    Gromov et al. 2024), in place."""
+def redundant_layers(model: nn.Module, batches: Iterable[Batch], count: int) -> LayerRemoval:
+    """The `count` consecutive layers whose block changes the hidden states least (angular distance, Gromov et
+    al. 2024); the model is left as it is."""
     layers = len(adapter_for(model).layer_modules(model))
     if not 0 < count < layers:
         raise UserInputError(f"can remove 1..{layers - 1} layers of {layers}, not {count}")
     scores = score_layers(model, batches, "angular-distance", block_size=count)
     start = int(np.argmin(scores.scores))
     removed = list(range(start, start + count))
-    adapter_for(model).remove_layers(model, removed)
     return LayerRemoval(removed, [i for i in range(layers) if i not in removed], scores)
+
+
+def remove_redundant_layers(model: nn.Module, batches: Iterable[Batch], count: int) -> LayerRemoval:
+    """Drop the `count` most redundant consecutive layers (`redundant_layers`) in place."""
+    removal = redundant_layers(model, batches, count)
+    apply_structure(model, StructurePlan(layers_removed=removal.removed))
+    return removal
 
 
 def plan_closest(scores: HeadScores, target_removed: int, constraints: Constraints) -> PruningPlan:
@@ -134,7 +141,7 @@ def prune_and_recover(
             scores = score_heads(model, scoring(), criterion, loss_fn).normalize_per_layer()
             # the grouped-query layout of the model as it is now (after any layer removal)
             constraints = Constraints.for_model(model, constraints.min_heads_per_layer, constraints.heads_multiple)
-            apply_plan(model, plan_closest(scores, target_removed, constraints))
+            apply_structure(model, StructurePlan(heads=plan_closest(scores, target_removed, constraints)))
         recover(config)
         outcome.plan = current_plan(model, f"one-shot+distill({constraints.describe()})", criterion)
     else:
@@ -158,7 +165,7 @@ def prune_and_recover(
             gone = sum(len(h) for h in present) - plan.heads_kept
             if gone == 0:
                 break  # the constraints allow no further removal
-            apply_plan(model, plan)
+            apply_structure(model, StructurePlan(heads=plan))
             removed += gone
             recover(per_round)
         outcome.plan = current_plan(model, f"iterative(steps={steps}, {constraints.describe()})+distill", criterion)
@@ -169,13 +176,25 @@ def prune_and_recover(
 def prune_ffn_and_recover(model: nn.Module, teacher: nn.Module, data: DistillData, fraction: float,
                           criterion: str = "activation", recover_config: DistillConfig | None = None,
                           scoring_batches: Callable[[], Iterable[Batch]] | None = None,
-                          progress: Progress | None = None) -> tuple[dict[int, list[int]], DistillResult]:
-    """Remove `fraction` of every layer's FFN neurons (lowest scores first, equal widths), then distill."""
-    from edgeprune.pruning.ffn import plan_neurons, remove_neurons, score_neurons
+                          progress: Progress | None = None, *,
+                          compensate: bool = True) -> tuple[dict[int, list[int]], DistillResult]:
+    """Remove `fraction` of every layer's FFN neurons (lowest scores first, equal widths), then distill.
 
-    if model is teacher:
-        raise UserInputError("the model to prune is the teacher itself; pass a copy (copy.deepcopy) as `model`")
-    batches = (scoring_batches or data.scoring_batches())() if criterion == "activation" else None
-    removed = plan_neurons(score_neurons(model, batches, criterion), fraction)
-    remove_neurons(model, removed)
+    With `compensate` (as `fit` does), each removed neuron's mean output is folded into the FFN output bias."""
+    removed = ffn_removal(model, fraction, criterion, scoring_batches or data.scoring_batches(), compensate)
     return removed, distill(model, teacher, data, recover_config, progress)
+
+
+def ffn_removal(model: nn.Module, fraction: float, criterion: str, scoring: Callable[[], Iterable[Batch]],
+                compensate: bool, layers_removed: Iterable[int] = ()) -> dict[int, list[int]]:
+    """Remove `fraction` of every layer's FFN neurons and the `layers_removed` (indices of `model` as it is) in
+    one `apply_structure`, neurons scored on `model` before anything goes; returns the neurons removed."""
+    from edgeprune.pruning.ffn import intermediate_sizes, neuron_statistics, plan_neurons, score_neurons
+
+    needs_data = criterion != "weight-norm"
+    removed = plan_neurons(score_neurons(model, scoring() if needs_data else None, criterion), fraction)
+    means = neuron_statistics(model, scoring()).means if compensate and removed else None
+    plan = StructurePlan(ffn_kept=ffn_kept_from_removal(intermediate_sizes(model), removed),
+                         layers_removed=sorted(layers_removed))
+    apply_structure(model, plan, StructureCompensation(neuron_means=means))
+    return removed

@@ -4,13 +4,8 @@ from edgeprune.search.result import BuiltArtifact, FitResult
 
 
 def heads_removed(artifact: BuiltArtifact) -> int | None:
-    """Heads the artifact's plan removed; None when its plan does not say."""
-    plan = artifact.plan or {}
-    if "heads_removed" in plan:
-        return int(plan["heads_removed"])
-    if "num_heads" in plan and "kept_heads" in plan:
-        return sum(plan["num_heads"]) - sum(map(len, plan["kept_heads"]))
-    return None
+    """Heads the artifact's plan removed; None when its plan keeps no head plan."""
+    return None if artifact.plan.heads is None else artifact.plan.heads.heads_removed
 
 
 def is_chosen(artifact: BuiltArtifact, result: FitResult) -> bool:
@@ -25,9 +20,8 @@ def on_front(artifact: BuiltArtifact, result: FitResult) -> bool:
 def display_name(artifact: BuiltArtifact, result: FitResult) -> str:
     """"dense baseline (fp32)", "int8-dynamic, 8 heads removed", or the chosen one prefixed with its label."""
     if artifact is result.dense:
-        return f"dense baseline ({artifact.recipe})"
-    name = f"{artifact.recipe}, {artifact.describe()}" if "heads_removed" in (artifact.plan or {}) else (
-        f"{artifact.recipe}, {heads_removed(artifact)} heads removed")
+        return f"dense baseline ({artifact.recipe.name})"
+    name = f"{artifact.recipe.name}, {artifact.describe()}"
     return f"{result.fitted.label}: {name}" if is_chosen(artifact, result) else name
 
 

@@ -16,6 +16,11 @@ from edgeprune.report.facts import (
 from edgeprune.search.result import BuiltArtifact, FitResult
 
 
+def _heads_kept(artifact: BuiltArtifact) -> int | str:
+    heads = artifact.plan.heads
+    return "—" if heads is None else sum(map(len, heads.kept_heads))
+
+
 def _row(label: str, dense: str, fitted: str) -> str:
     return f"| {label} | {dense} | {fitted} |"
 
@@ -60,10 +65,10 @@ def render_markdown(result: FitResult) -> str:
         f"Elapsed {result.elapsed_s:.0f} s. Validation qualities within {result.quality_tolerance:.4f} of the best "
         "counted as a tie, won by the least compressed candidate.",
         "",
-        f"| | dense ({dense.recipe}, {Path(dense.path).suffix}) | fitted |",
+        f"| | dense ({dense.recipe.name}, {Path(dense.path).suffix}) | fitted |",
         "|---|---|---|",
-        _row("recipe", dense.recipe, fitted.recipe),
-        _row("heads kept", str(sum(map(len, dense.plan["kept_heads"]))), str(sum(map(len, fitted.plan["kept_heads"])))),
+        _row("recipe", dense.recipe.name, fitted.recipe.name),
+        _row("heads kept", str(_heads_kept(dense)), str(_heads_kept(fitted))),
         _row("structure", "dense", fitted.describe()),
         _row("parameters", f"{dense.parameters:,}", f"{fitted.parameters:,}"),
         _row("file size (measured)", format_mb(dense.file_bytes), format_mb(fitted.file_bytes)),
@@ -90,8 +95,12 @@ def render_markdown(result: FitResult) -> str:
     if bench is not None:
         lines += ["", f"Benchmarks: {bench.device}, runtime {bench.runtime}, {bench.threads} threads, "
                   f"{bench.warmup_runs} warm-up and {bench.timed_runs} timed runs, each artifact in its own process."]
+        error = result.latency_model_error()
+        if error.count:
+            lines.append(f"Latency model, predicted before each benchmark: {error.describe()}.")
     lines += ["", "## Kept heads per layer", "", "| layer | kept | heads |", "|---|---|---|"]
-    for layer, (total, kept) in enumerate(zip(fitted.plan["num_heads"], fitted.plan["kept_heads"], strict=True)):
+    heads = fitted.plan.heads
+    for layer, (total, kept) in enumerate(zip(heads.num_heads, heads.kept_heads, strict=True) if heads else ()):
         if layer in fitted.layers_removed:
             lines.append(f"| {layer} | 0/{total} | layer removed |")
         else:

@@ -6,6 +6,8 @@ A cell is a plain value (a number is right-aligned) or a Span: a badge, a verdic
 from dataclasses import dataclass
 from typing import Any
 
+import numpy as np
+
 from edgeprune.report.artifacts import candidates, display_name, heads_removed, on_front
 from edgeprune.report.facts import (
     ESTIMATED,
@@ -69,7 +71,7 @@ def summary_table(result: FitResult) -> Table:
     test = test_quality(fitted) or test_quality(dense)
     metric = metric_name(result)
     rows: list[list[object]] = [
-        ["recipe", dense.recipe, fitted.recipe, ""],
+        ["recipe", dense.recipe.name, fitted.recipe.name, ""],
         ["heads removed", heads_removed(dense), heads_removed(fitted), ""],
         ["parameters", f"{dense.parameters:,}", f"{fitted.parameters:,}", ""],
         ["file size", format_mb(dense.file_bytes), format_mb(fitted.file_bytes), badge(f"{MEASURED} (the file)")],
@@ -89,8 +91,8 @@ def summary_table(result: FitResult) -> Table:
         ["worst cosine to the PyTorch source", f"{dense.verification.min_cosine:.6f}",
          f"{fitted.verification.min_cosine:.6f}", badge(f"{MEASURED} on {fitted.verification.num_inputs} inputs")],
     ]
-    return Table("summary-table", ["", f"dense baseline ({dense.recipe})", f"{fitted.label} ({fitted.recipe})",
-                                   "source"], rows)
+    return Table("summary-table", ["", f"dense baseline ({dense.recipe.name})",
+                                   f"{fitted.label} ({fitted.recipe.name})", "source"], rows)
 
 
 def regressions_table(result: FitResult) -> Table | None:
@@ -156,7 +158,7 @@ def budget_table(result: FitResult) -> Table | None:
         return None
     cells: list[list[object]] = [[f"{r.name} ({r.flag})", r.limit, r.value, badge(r.source),
                                   Span(verdict(r), verdict(r))] for r in rows]
-    return Table("budget-table", ["budget", "limit", f"{result.fitted.label} ({result.fitted.recipe})", "source",
+    return Table("budget-table", ["budget", "limit", f"{result.fitted.label} ({result.fitted.recipe.name})", "source",
                                   "verdict"], cells)
 
 
@@ -193,7 +195,7 @@ def trials_table(result: FitResult) -> Table | None:
 
 def provenance_table(result: FitResult) -> Table:
     fitted, metric = result.fitted, metric_name(result)
-    scores = result.head_scores or {}
+    scores = result.head_scores
     test = test_quality(fitted)
     rows: list[list[object]] = [
         ["file sizes", "bytes of the exported files", badge(MEASURED)],
@@ -209,8 +211,8 @@ def provenance_table(result: FitResult) -> Table:
          + (f", {test.examples} examples" if test else ""), badge(MEASURED if test else NOT_MEASURED)],
         [f"dense teacher {metric}", "PyTorch on the test split",
          badge(MEASURED if teacher_quality(result) else NOT_MEASURED)],
-        ["head importance", f"{scores.get('criterion', 'no criterion')} on {scores.get('num_examples', '?')} "
-         "calibration examples", badge(MEASURED if scores.get("scores") else NOT_MEASURED)],
+        ["head importance", f"{scores.criterion} on {scores.num_examples} calibration examples",
+         badge(MEASURED if scores.scores.size and not np.isnan(scores.scores).all() else NOT_MEASURED)],
         ["agreement with PyTorch", f"worst cosine over {fitted.verification.num_inputs} validation inputs",
          badge(MEASURED)],
     ]

@@ -320,7 +320,7 @@ class CandidateBuilder:
             f"cosine to PyTorch {verification.min_cosine:.5f}"
         )
         return BuiltArtifact(
-            label=label, recipe=recipe.name, path=file_name, plan=plan.to_dict(),
+            label=label, recipe=recipe, path=file_name, plan=self.structure(shape),
             parameters=sum(p.numel() for p in model.parameters()), file_bytes=exported.size_bytes,
             predicted_bytes=predicted, verification=verification,
             vocabulary_size=len(self.vocabulary.kept_ids) if trimmed and self.vocabulary else None,
@@ -343,6 +343,9 @@ class CandidateBuilder:
         inputs = self.remap(self.example, artifact.vocabulary_size is not None)
         where = f"estimated for {self.profile.name}" if self.estimator else f"on {self.profile.name}"
         self.progress.note(f"  benchmarking {where} ({self.options.bench_runs} runs, {self.profile.threads} threads)")
+        # the latency model's figure before it sees this measurement: result.json keeps both (its error, measured)
+        artifact.predicted_latency_ms = self.predict_latency(artifact.shape, artifact.recipe)
+        artifact.latency_basis = self.latency_model.basis(artifact.recipe.name)
         if self.estimator is not None:
             artifact.benchmark = self.estimator.benchmark(self.work / artifact.path, inputs, self.runtime,
                                                           self.options.bench_warmup, self.options.bench_runs)

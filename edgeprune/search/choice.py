@@ -59,7 +59,7 @@ def _suggestions(candidates: list[BuiltArtifact], budget: Budget, binding: list[
     for candidate in candidates:
         for check in candidate.checks:
             checks.setdefault(check.name, []).append(check)
-    tried = {candidate.recipe for candidate in candidates}
+    tried = {candidate.recipe.name for candidate in candidates}
     for name in binding:
         kind = checks[name][0].kind if name in checks else "quality"
         seen = [check.value for check in checks.get(name, []) if check.value is not None]

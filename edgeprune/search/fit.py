@@ -110,7 +110,7 @@ def fit_task(
     budget = budget or Budget.for_device(profile)
     options = options or FitOptions()
     runtime = options.runtime or profile.runtime
-    RUNTIMES.get(runtime)
+    RUNTIMES.get(runtime).require()  # before the teacher is trained: a missing runtime is the first thing said
     recipes = tuple(recipe_for_runtime(name, runtime).name for name in (options.recipes or FIT_LADDERS[runtime]))
     progress = progress or task.progress
     out = Path(out) if out is not None else default_out_dir()
@@ -166,7 +166,7 @@ def fit_task(
             status=fit_status(fits, estimated=estimator is not None), message=message, device=profile.name,
             budget=budget, task=task.describe(),
             teacher_test_accuracy=teacher.test.value if teacher.test.metric in ACCURACY_METRICS else None,
-            head_scores=raw_scores.to_dict(), dense=dense, fitted=fitted, trials=trials,
+            head_scores=raw_scores, dense=dense, fitted=fitted, trials=trials,
             reproduce=reproduce(task, profile, budget, options, fitted, runtime), out_dir=str(out),
             elapsed_s=round(journal.elapsed_s(), 1), timings_s={k: round(v, 1) for k, v in timings.items()},
             candidates=candidates, pareto=pareto_front(candidates, budget), teacher_quality=teacher.test,

@@ -20,7 +20,7 @@ from edgeprune.serialization import write_text_atomic
 
 JOURNAL_NAME = "journal.jsonl"
 LEGACY_JOURNAL_NAME = "journal.json"  # the single-object journal of edgeprune before format 1
-FORMAT_VERSION = 1
+FORMAT_VERSION = 2  # 2: candidates carry a StructurePlan and a Recipe (result format 2)
 WORK_KEYS = {"scores", "candidate", "proxy"}  # records of finished work (others only keep time)
 
 

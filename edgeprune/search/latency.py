@@ -8,7 +8,12 @@ latency, so a candidate it already puts over budget is safely skipped. The model
 candidates; a real benchmark settles every candidate that is built.
 """
 
+import statistics
+from collections.abc import Iterable
 from dataclasses import dataclass, field
+
+# what a prediction was based on, most informed first (LatencyModel.basis)
+BASES = ("fitted", "one point", "borrowed", "roofline", "none")
 
 
 @dataclass
@@ -30,6 +35,16 @@ class LatencyModel:
         if (flops, p50_ms) not in points:
             points.append((flops, p50_ms))
 
+    def basis(self, recipe: str) -> str:
+        """What `predict` for `recipe` rests on now: a line fitted to two or more of its measurements ("fitted"),
+        one of them ("one point"), another recipe's ("borrowed"), the profile's roofline, or nothing."""
+        points = self.observations.get(recipe)
+        if points:
+            return "fitted" if len({f for f, _ in points}) >= 2 else "one point"
+        if self.observations:
+            return "borrowed"
+        return "roofline" if self.peak_gflops or self.bandwidth_gbs else "none"
+
     def predict(self, recipe: str, flops: int, weight_bytes: int | None = None) -> float | None:
         """Predicted p50 in ms; the roofline bound before any measurement; None when nothing is known."""
         points = self.observations.get(recipe) or next(iter(self.observations.values()), None)
@@ -44,3 +59,29 @@ class LatencyModel:
         slope = sum((f - mean_f) * (ms - mean_ms) for f, ms in points) / sum((f - mean_f) ** 2 for f, _ in points)
         slope = max(slope, 0.0)  # more work is never faster; noise must not invert the order
         return mean_ms + slope * (flops - mean_f)
+
+
+@dataclass
+class PredictionError:
+    """How far the latency model's predictions, made before each benchmark, were from the measured p50."""
+
+    count: int  # benchmarked candidates that had a prediction
+    within_10_percent: float  # share of them predicted within ±10 % of the measured p50
+    median_abs_percent: float | None
+    p90_abs_percent: float | None
+    by_basis: dict[str, int] = field(default_factory=dict)  # predictions per basis (BASES)
+
+    def describe(self) -> str:
+        if not self.count:
+            return "no benchmarked candidate had a latency prediction"
+        return (f"{self.within_10_percent:.0%} of {self.count} predictions within ±10 % of the measured p50 "
+                f"(median error {self.median_abs_percent:.1f} %, p90 {self.p90_abs_percent:.1f} %)")
+
+
+def prediction_error(pairs: Iterable[tuple[float, float]]) -> PredictionError:
+    """From (predicted, measured) p50 pairs in ms: the relative errors' distribution."""
+    errors = sorted(abs(predicted - measured) / measured * 100 for predicted, measured in pairs if measured > 0)
+    if not errors:
+        return PredictionError(0, 0.0, None, None)
+    p90 = errors[min(len(errors) - 1, round(0.9 * (len(errors) - 1)))]
+    return PredictionError(len(errors), sum(e <= 10 for e in errors) / len(errors), statistics.median(errors), p90)

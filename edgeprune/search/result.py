@@ -1,6 +1,7 @@
 """What a fit produces: every trial, the dense baseline, every candidate built and the chosen one, all JSON-ready."""
 
 import json
+from collections import Counter
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -8,12 +9,16 @@ from typing import Any
 from edgeprune.bench.benchmark import BenchmarkResult
 from edgeprune.errors import UserInputError
 from edgeprune.export.verify import Verification
+from edgeprune.importance.base import HeadScores
+from edgeprune.pruning.structure import StructurePlan
+from edgeprune.quantize.recipes import RECIPES, Recipe
 from edgeprune.search.budget import Budget, BudgetCheck
+from edgeprune.search.latency import PredictionError, prediction_error
 from edgeprune.search.space import Shape
 from edgeprune.serialization import from_jsonable, to_jsonable, write_json_atomic
 from edgeprune.tasks.base import Quality
 
-RESULT_FORMAT_VERSION = 1
+RESULT_FORMAT_VERSION = 2  # 2: typed plan (StructurePlan), recipe (Recipe) and head scores (HeadScores)
 # a fit's status: every budget met as measured on the device, met on figures estimated here because the device was
 # not reachable (see `edgeprune.search.estimate`), or not met
 FIT, FIT_ESTIMATED, BUDGET_NOT_MET = "fit", "fit (estimated)", "budget_not_met"
@@ -49,9 +54,9 @@ class BuiltArtifact:
     """An exported, verified artifact with what was measured about it."""
 
     label: str
-    recipe: str
+    recipe: Recipe
     path: str
-    plan: dict[str, Any]
+    plan: StructurePlan  # what stays of the teacher, on the teacher's indices
     parameters: int
     file_bytes: int
     predicted_bytes: int
@@ -68,14 +73,20 @@ class BuiltArtifact:
     layers_removed: list[int] = field(default_factory=list)  # the teacher's layers that were dropped
     note: str = ""  # why it was not evaluated or benchmarked, when it was not
     core_parameters: int = 0  # parameters outside the embedding tables (ties go to the candidate keeping most)
+    predicted_latency_ms: float | None = None  # the latency model's p50, predicted just before the benchmark
+    latency_basis: str = ""  # what that prediction rested on (edgeprune.search.latency.BASES)
+
+    @property
+    def shape(self) -> Shape:
+        """The point of the search space this artifact was built at."""
+        return Shape(self.heads_removed, self.ffn_fraction, len(self.layers_removed), self.vocabulary_size is not None)
 
     @property
     def heads_removed(self) -> int:
-        return int(self.plan["heads_removed"])
+        return 0 if self.plan.heads is None else self.plan.heads.heads_removed
 
     def describe(self) -> str:
-        return Shape(self.heads_removed, self.ffn_fraction, len(self.layers_removed),
-                     self.vocabulary_size is not None).describe()
+        return self.shape.describe()
 
     @property
     def meets_budget(self) -> bool:
@@ -90,7 +101,7 @@ class FitResult:
     budget: Budget
     task: dict[str, Any]
     teacher_test_accuracy: float | None  # dense teacher in PyTorch (accuracy-like metrics)
-    head_scores: dict[str, Any]
+    head_scores: HeadScores  # what the search ranked heads by (the teacher's, before any removal)
     dense: BuiltArtifact
     fitted: BuiltArtifact
     trials: list[Trial]
@@ -113,6 +124,15 @@ class FitResult:
     def fits(self) -> bool:
         return self.status in (FIT, FIT_ESTIMATED)
 
+    def latency_model_error(self) -> PredictionError:
+        """How far the latency model's predictions were from the p50 measured on the device, over every candidate
+        benchmarked there (estimated benchmarks say nothing about the model's error, so they are left out)."""
+        built = [c for c in self.candidates if c.benchmark is not None and c.benchmark.measured
+                 and c.predicted_latency_ms is not None]
+        error = prediction_error((c.predicted_latency_ms, c.benchmark.p50_ms) for c in built)
+        error.by_basis = dict(Counter(c.latency_basis for c in built))
+        return error
+
     def save(self, path: str | Path) -> Path:
         """Write result.json atomically (readers never see half a file)."""
         write_json_atomic(Path(path), to_jsonable(self))
@@ -134,8 +154,34 @@ class FitResult:
         if not isinstance(version, int) or version > RESULT_FORMAT_VERSION:
             raise UserInputError(f"{path} has result format {version!r}; this edgeprune reads up to "
                                  f"{RESULT_FORMAT_VERSION}: upgrade edgeprune")
-        data["format_version"] = RESULT_FORMAT_VERSION
         try:
+            if version < 2:
+                data = upgraded_from_format_1(data)
+            data["format_version"] = RESULT_FORMAT_VERSION
             return from_jsonable(cls, data)
+        except UserInputError as error:  # e.g. a format-1 recipe name this edgeprune does not register
+            raise UserInputError(f"{path}: {error}") from None
         except (KeyError, TypeError, ValueError) as error:
             raise UserInputError(f"{path} does not hold a fit result ({type(error).__name__}: {error})") from None
+
+
+def upgraded_from_format_1(data: dict[str, Any]) -> dict[str, Any]:
+    """A format-1 result (plan, recipe and head scores as plain dicts and names) in format 2's shape.
+
+    Format 1 kept the head plan only; the FFN neurons each candidate kept were not written, so an upgraded plan
+    says `ffn_kept=None` and the candidate's `ffn_fraction` stays the record of how much went. Its recipes are
+    looked up by name in this edgeprune's registry (an unknown name: the result cannot be read)."""
+    def artifact(entry: dict[str, Any]) -> dict[str, Any]:
+        entry = dict(entry)
+        heads = entry.get("plan") or None
+        entry["plan"] = {"format_version": 1, "heads": heads, "ffn_kept": None,
+                         "layers_removed": list(entry.get("layers_removed") or []), "vocabulary": None}
+        if isinstance(entry.get("recipe"), str):
+            entry["recipe"] = to_jsonable(RECIPES.get(entry["recipe"]))
+        return entry
+
+    data = dict(data)
+    for name in ("dense", "fitted"):
+        data[name] = artifact(data[name])
+    data["candidates"] = [artifact(c) for c in data.get("candidates") or []]
+    return data

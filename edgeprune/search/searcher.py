@@ -202,7 +202,7 @@ class BestFirstSearcher:
         benchmarked = [a for a in self.built.values() if a.benchmark is not None]
         recipe = usable[-1].recipe
         if self.budget.max_latency_ms is not None and benchmarked:
-            recipe = min(benchmarked, key=lambda a: a.benchmark.p50_ms).recipe
+            recipe = min(benchmarked, key=lambda a: a.benchmark.p50_ms).recipe.name
         layers = max(self.space.layer_counts)
         shape = Shape(self.space.head_counts(layers)[-1], max(self.space.options.ffn_fractions), layers,
                       usable[-1].trim_vocabulary)

@@ -55,7 +55,7 @@ def ship_files(task: Task, work: Path, fitted: BuiltArtifact, vocabulary: Vocabu
         if not rewrite.gives_artifact_ids:
             shipped.append(VOCABULARY_NAME)
     labels = LABELS_NAME if LABELS_NAME in shipped else None
-    manifest = app_manifest(task, work / fitted.path, fitted.recipe, vocabulary, rewrite, sorted(shipped))
+    manifest = app_manifest(task, work / fitted.path, fitted.recipe.name, vocabulary, rewrite, sorted(shipped))
     manifest.files = sorted([*shipped, USAGE_NAME])
     manifest.save(work / MANIFEST_NAME)
     write_text_atomic(work / USAGE_NAME, usage_markdown(manifest, labels))
@@ -71,7 +71,7 @@ def move_baseline(task: Task, work: Path, baseline: BuiltArtifact) -> None:
     name = Path(baseline.path).name
     os.replace(work / baseline.path, folder / name)
     baseline.path = f"{BASELINE_DIR}/{name}"
-    manifest = app_manifest(task, folder / name, baseline.recipe, None, None, [])
+    manifest = app_manifest(task, folder / name, baseline.recipe.name, None, None, [])
     manifest.notes.append("the dense fp32 baseline the fitted artifact was compared with; not for the app")
     manifest.save(folder / MANIFEST_NAME)
 
@@ -117,20 +117,26 @@ def _outputs(task: Task) -> list[dict[str, str]]:
     return outputs
 
 
+
+def total_heads(artifact: BuiltArtifact) -> int:
+    """The teacher's heads (what `heads_removed` counts against)."""
+    return 0 if artifact.plan.heads is None else sum(artifact.plan.heads.num_heads)
+
+
 def summary(fits: bool, fitted: BuiltArtifact, budget: Budget, binding: list[str], suggestions: list[str],
             estimated: bool = False) -> str:
     """The fit's one-line outcome; `estimated`: the device was not reachable and its figures were estimated here."""
     size = f"{fitted.file_bytes / 1e6:.2f} MB"
-    heads = f"{fitted.describe()} (of {sum(fitted.plan['num_heads'])} heads)"
+    heads = f"{fitted.describe()} (of {total_heads(fitted)} heads)"
     measured = "; ".join(f"{c.name} {format_value(c.value)}{(' ' + c.unit) if c.unit else ''} "
                          f"(limit {format_value(c.limit)})"
                          for c in fitted.checks)
     if fits and estimated:
         return (f"fits every budget as ESTIMATED here, the device not being reachable (nothing was measured on it), "
-                f"with {fitted.recipe}, {heads}: {measured or size}")
+                f"with {fitted.recipe.name}, {heads}: {measured or size}")
     if fits:
-        return f"fits every budget with {fitted.recipe}, {heads}: {measured or size}"
-    return (f"cannot meet {', '.join(binding)}: the closest candidate is {size} ({fitted.recipe}, {heads}; "
+        return f"fits every budget with {fitted.recipe.name}, {heads}: {measured or size}"
+    return (f"cannot meet {', '.join(binding)}: the closest candidate is {size} ({fitted.recipe.name}, {heads}; "
             f"{measured}); {'; '.join(suggestions)}")
 
 
@@ -140,14 +146,16 @@ def reproduce(task: Task, profile: DeviceProfile, budget: Budget, options: FitOp
 
     from edgeprune import __version__
 
+    heads = fitted.plan.heads
     return {
         "command": shlex.join(["edgeprune", *sys.argv[1:]]) if Path(sys.argv[0]).name == "edgeprune" else None,
         "task": task.describe(), "model_path": str(task.model_path), "seed": task.seed,
         "device": profile.name, "budget": to_jsonable(budget), "options": to_jsonable(options),
-        "criterion": options.criterion, "strategy": fitted.plan["strategy"], "normalize": options.normalize,
+        "criterion": options.criterion, "strategy": heads.strategy if heads else None, "normalize": options.normalize,
         "compensation": "mean head outputs folded into the output-projection bias" if options.compensate else None,
-        "heads_removed": fitted.plan["heads_removed"], "kept_heads": fitted.plan["kept_heads"],
-        "quantization": fitted.recipe, "runtime": runtime,
+        "heads_removed": fitted.heads_removed, "kept_heads": heads.kept_heads if heads else None,
+        # the whole StructurePlan (FFN neurons, vocabulary rows) is the fitted artifact's `plan` in result.json
+        "quantization": fitted.recipe.name, "runtime": runtime,
         "versions": {"edgeprune": __version__, "torch": torch.__version__, "executorch": _version("executorch"),
                      "litert-torch": _version("litert-torch"), "ai-edge-litert": _version("ai-edge-litert"),
                      "transformers": transformers.__version__},

