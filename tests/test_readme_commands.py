@@ -64,11 +64,19 @@ GROUPS: dict[str, tuple[Step, ...]] = {
     ),
 }
 
+INSTALLS = ("installs into the user's own environment from PyPI (make installs every extra at constraints.txt's "
+            "versions): tests/test_extras.py shows edgeprune importing without each extra and naming it when needed")
+
 # README commands not run here: command → why, and the test that covers what it does
 COVERED_ELSEWHERE: dict[str, str] = {
     "make demo": "tests/test_minilm_fit.py runs its `edgeprune fit --device host --max-mb 30` on the bundled MiniLM "
                  "(int8 rung, heads and vocabulary only: the whole space takes minutes)",
     "make test": "runs this suite, this test included",
+    "pip install 'edgeprune[executorch]'": INSTALLS,
+    "pip install 'edgeprune[litert]'": INSTALLS,
+    "pip install 'edgeprune[demo]'": INSTALLS,
+    "pip install 'edgeprune[datasets]'": INSTALLS,
+    "pip install 'edgeprune[all]'": INSTALLS,
     "edgeprune fit --model my-bert/ --task classification --data reviews.csv --device pi5 --max-mb 25":
         "a team's folder and data (placeholders): tests/test_cli_byo.py reads every data format and task kind "
         "through the CLI, tests/test_fit_integration.py fits end to end (the unreachable-device case too)",

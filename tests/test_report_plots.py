@@ -14,16 +14,8 @@ from edgeprune.report import render_html
 from edgeprune.report.plots import head_scores, kept_heads, latency, pareto
 from edgeprune.report.plots.base import BUDGET, CHOSEN, DENSE, MUTED
 from edgeprune.report.plots.canvas import rounded
-from tests.test_report_html import (
-    HEADS,
-    LAYERS,
-    DevTools,
-    chromium_executable,
-    fit_result,
-    needs_chromium,
-    pixels_near,
-    png_pixels,
-)
+from tests.browser import DevTools, chromium_executable, needs_chromium, pixels_near, png_pixels
+from tests.test_report_html import HEADS, LAYERS, fit_result
 
 SVG = "{http://www.w3.org/2000/svg}"
 XLINK_HREF = "{http://www.w3.org/1999/xlink}href"
