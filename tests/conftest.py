@@ -53,6 +53,14 @@ def isolated_cache(tmp_path, monkeypatch):
     monkeypatch.setenv("EDGEPRUNE_CACHE", str(tmp_path / "cache"))
 
 
+@pytest.fixture(scope="session")
+def minilm_cache(tmp_path_factory) -> Path:
+    """One cache folder for the tests that run the bundled MiniLM task with its defaults (the README's commands,
+    the demo fit): its dense teacher (about 100 s here) is then built once per session. The cache is keyed by
+    content, so sharing it changes no result, only what is rebuilt."""
+    return tmp_path_factory.mktemp("minilm-cache")
+
+
 def small_vocab_tokenizer_files(folder: Path, words: int = 2000) -> int:
     """Write a BERT tokenizer whose vocabulary is MiniLM's specials plus its first common word pieces.
 

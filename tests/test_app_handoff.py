@@ -43,7 +43,7 @@ def shipped(small_bert_dir, tmp_path_factory):
 
 def test_a_trimmed_fit_measures_through_the_map(shipped):
     out, result = shipped
-    assert result["fitted"]["plan"]["heads_removed"] == 0
+    assert result["fitted"]["plan"]["heads"]["heads_removed"] == 0
     vocabulary = json.loads((out / "vocabulary.json").read_text())
     kept = len(vocabulary["kept_ids"])
     assert result["fitted"]["vocabulary_size"] == kept < 2104 and result["dense"]["vocabulary_size"] is None

@@ -78,7 +78,12 @@ def test_fit_removes_heads_until_the_artifact_fits(small_bert_dir, tmp_path, cap
     benchmarked = [c for c in result["candidates"] if c["benchmark"] is not None]
     assert benchmarked and all(c["latency_basis"] in BASES for c in benchmarked)
     assert all(c["predicted_latency_ms"] > 0 for c in benchmarked if c["latency_basis"] != "none")
-    assert fitted["label"] == "fitted" and "model.pte" in result["pareto"]  # nothing beats it on every axis
+    assert fitted["label"] == "fitted"
+    # on the front, unless a smaller, faster candidate tied with it on quality: ties go to the least compressed
+    by_path = {c["path"]: c for c in result["candidates"]}
+    assert "model.pte" in result["pareto"] or all(
+        by_path[path]["validation_quality"]["value"] - fitted["validation_quality"]["value"]
+        <= result["quality_tolerance"] for path in result["pareto"])
     for artifact in (result["dense"], fitted):
         bench = artifact["benchmark"]
         assert bench["timed_runs"] >= 20 and len(bench["latency_ms"]) == bench["timed_runs"]

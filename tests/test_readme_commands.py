@@ -168,7 +168,7 @@ def test_every_readme_command_is_run_here_or_covered_elsewhere():
 
 
 @pytest.fixture(scope="module")
-def workspace(tmp_path_factory):
+def workspace(tmp_path_factory, minilm_cache):
     """One cache for the whole module (the dense teacher is built once) and a home with an identity file,
     so that `~/.ssh/id_ed25519` means what it would on a user's machine."""
     root = tmp_path_factory.mktemp("readme")
@@ -177,7 +177,7 @@ def workspace(tmp_path_factory):
     (home / ".ssh" / "id_ed25519").write_text("placeholder: no Pi is reachable from the test machine\n")
     (home / ".ssh" / "id_ed25519").chmod(0o600)
     adb_port = _free_port()
-    environment = {**os.environ, "HOME": str(home), "EDGEPRUNE_CACHE": str(root / "cache"),
+    environment = {**os.environ, "HOME": str(home), "EDGEPRUNE_CACHE": str(minilm_cache),
                    "PATH": f"{Path(sys.executable).parent}{os.pathsep}{os.environ.get('PATH', '')}",
                    "ANDROID_ADB_SERVER_PORT": str(adb_port)}  # an adb server of our own, stopped at the end
     yield root, environment

@@ -75,11 +75,20 @@ def main(argv: Sequence[str] | None = None) -> int:
     from edgeprune.progress import VERBOSITY, quiet_third_party
 
     debug, arguments = split_debug_flag(list(sys.argv[1:] if argv is None else argv))
+    before = (VERBOSITY.quiet, VERBOSITY.verbose)
     VERBOSITY.quiet, VERBOSITY.verbose, arguments = split_output_flags(arguments)
     quiet_third_party(VERBOSITY.verbose)
     try:
+        return run_verb(arguments, debug, VERBOSITY.quiet)
+    finally:  # --quiet is this call's: a Python caller's later Progress objects print as before
+        VERBOSITY.quiet, VERBOSITY.verbose = before
+
+
+def run_verb(arguments: list[str], debug: bool, quiet: bool) -> int:
+    """Parse and run one verb; every error becomes one line and its exit code (re-raised with --debug)."""
+    try:
         args = parse_with_project_file(arguments)
-        if VERBOSITY.quiet and hasattr(args, "quiet"):  # the verbs that read their own --quiet
+        if quiet and hasattr(args, "quiet"):  # the verbs that read their own --quiet
             args.quiet = True
         return args.run(args)
     except EdgepruneError as error:
