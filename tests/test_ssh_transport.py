@@ -34,29 +34,7 @@ AWKWARD = "it's a \"model\" $(touch pwned) `x` file.bin"
 
 
 def write_profile(folder, server, name="loopback-board"):
-    path = folder / f"{name}.toml"
-    path.write_text(f"""
-name = "{name}"
-description = "this machine behind a test sshd"
-[hardware]
-arch = "{platform.machine()}"
-cores = {os.cpu_count()}
-ram_mb = 1024
-[runtime]
-name = "executorch"
-threads = 1
-python = "{sys.executable}"
-[budgets]
-[connection]
-kind = "ssh"
-host = "127.0.0.1"
-user = "{server.user}"
-port = {server.port}
-key = "{server.identity}"
-known_hosts = "{server.known_hosts}"
-connect_timeout_s = 5
-""")
-    return path
+    return server.write_profile(folder, name)
 
 
 @pytest.fixture

@@ -59,6 +59,7 @@ class BenchmarkResult:
     notes: list[str] = field(default_factory=list)
     # e.g. "emulated (QEMU user mode on x86_64)": the figures are the emulator's, never a real board's
     emulated: str | None = None
+    board: str = ""  # which board of a lab pool ran it (edgeprune.cluster), when one did
 
     @property
     def file_mb(self) -> float:

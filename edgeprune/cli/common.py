@@ -22,6 +22,19 @@ class Parser(argparse.ArgumentParser):
         raise SystemExit(EXIT_USAGE)
 
 
+class RepeatedFlag(argparse._AppendAction):
+    """A flag that may be repeated (`--device pi5 --device pi4`): the command line's values replace a list the
+    project file gave, instead of being appended to it as argparse's own `append` does."""
+
+    def __call__(self, parser: argparse.ArgumentParser, namespace: argparse.Namespace, values: object,
+                 option_string: str | None = None) -> None:
+        given = namespace.__dict__.setdefault("flags_given", set())
+        if self.dest not in given:
+            given.add(self.dest)
+            setattr(namespace, self.dest, [])
+        super().__call__(parser, namespace, values, option_string)
+
+
 def positive(unit: str, example: str) -> Callable[[str], float]:
     """An argument type for a positive, finite number of `unit`."""
     def parse(text: str) -> float:

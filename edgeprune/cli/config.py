@@ -63,11 +63,17 @@ def defaults_for(verb: str, subparser: argparse.ArgumentParser, verbs: list[str]
                 raise UserInputError(f"{path}: [{key}] is not a verb; tables may be one of: {', '.join(verbs)}")
             if key == verb:
                 for inner, inner_value in value.items():
+                    if verb == "fit" and inner == "budgets":  # [fit.budgets.DEVICE]: one device's own limits
+                        defaults["device_budgets"] = _device_budgets(path, actions, inner_value)
+                        continue
+                    inner = "device" if verb == "fit" and inner == "fleet" else inner
                     target = actions[_dest(inner)].dest if _dest(inner) in actions else _dest(inner)
                     defaults[target] = _convert(path, f"{key}.{inner}", actions, _dest(inner), inner_value,
                                                 required=True)
             continue
-        dest = _dest(key)
+        if key == "fleet" and verb != "fit":
+            continue
+        dest = "device" if key == "fleet" else _dest(key)  # fleet = ["pi5", "pi4"]: fit's --device repeated
         if dest in actions:
             defaults[actions[dest].dest] = _convert(path, key, actions, dest, value, required=False)
     return defaults
@@ -76,10 +82,30 @@ def defaults_for(verb: str, subparser: argparse.ArgumentParser, verbs: list[str]
 def unknown_top_level_keys(path: Path, data: dict[str, Any], parsers: dict[str, argparse.ArgumentParser]) -> None:
     known = {a.dest for p in parsers.values() for a in p._actions if a.option_strings and a.dest != "help"}
     known |= {_dest(o[2:]) for p in parsers.values() for a in p._actions for o in a.option_strings if o[:2] == "--"}
+    known.add("fleet")
     for key, value in data.items():
         if not isinstance(value, dict) and _dest(key) not in known:
             raise UserInputError(f"{path}: unknown key {key!r}; keys are the long options of the verbs, e.g. "
                                  f"{', '.join(sorted(known)[:12])}, ...")
+
+
+BUDGET_KEYS = ("max_mb", "max_memory_mb", "max_latency_ms", "max_energy_mj", "min_quality")
+
+
+def _device_budgets(path: Path, actions: dict[str, argparse.Action], tables: Any) -> dict[str, dict[str, Any]]:
+    """[fit.budgets.pi4] max_mb = 30, ...: per device, limits converted and checked like the flags."""
+    if not isinstance(tables, dict) or not all(isinstance(v, dict) for v in tables.values()):
+        raise UserInputError(f"{path}: fit.budgets holds one table per device, e.g. [fit.budgets.pi4] max_mb = 30")
+    budgets: dict[str, dict[str, Any]] = {}
+    for device, limits in tables.items():
+        budgets[device] = {}
+        for key, value in limits.items():
+            if _dest(key) not in BUDGET_KEYS:
+                raise UserInputError(f"{path}: fit.budgets.{device}.{key} is not a budget; budgets: "
+                                     f"{', '.join(BUDGET_KEYS)}")
+            budgets[device][_dest(key)] = _convert(path, f"fit.budgets.{device}.{key}", actions, _dest(key), value,
+                                                   required=True)
+    return budgets
 
 
 def _dest(key: str) -> str:

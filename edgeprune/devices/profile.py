@@ -258,6 +258,12 @@ def _clusters(path: Path, raw: list, cores: int) -> tuple[Cluster, ...]:
     return tuple(clusters)
 
 
+def endpoint_from_table(path: Path, section: Any, where: str = "connection") -> Endpoint:
+    """A [connection]-style table (kind, host, user, port, key, serial, ...) checked like a profile's."""
+    _check_section(path, where, _table(path, where, section), SCHEMA["connection"])
+    return _endpoint(path, section)
+
+
 def _endpoint(path: Path, section: dict) -> Endpoint:
     kind = section["kind"]
     allowed, needed = CONNECTION_KEYS[kind]

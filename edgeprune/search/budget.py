@@ -87,6 +87,15 @@ class Budget:
         values.update({k: v for k, v in overrides.items() if v is not None})
         return cls(**values)
 
+    def describe(self) -> str:
+        """The limits set, for a person: "max 40 MB, p50 under 25 ms"; "no limits" when none is."""
+        parts = [f"max {self.max_mb:g} MB" if self.max_mb is not None else "",
+                 f"memory under {self.max_memory_mb:g} MB" if self.max_memory_mb is not None else "",
+                 f"p{self.latency_percentile} under {self.max_latency_ms:g} ms" if self.max_latency_ms is not None
+                 else "", f"energy under {self.max_energy_mj:g} mJ" if self.max_energy_mj is not None else "",
+                 f"quality at least {self.min_quality}" if self.min_quality is not None else ""]
+        return ", ".join(p for p in parts if p) or "no limits"
+
     def set_limits(self) -> list[str]:
         return [f.name for f in fields(self) if f.name != "latency_percentile" and getattr(self, f.name) is not None]
 

@@ -9,9 +9,11 @@ quality bound) and knows nothing of the search itself.
 
 import copy
 import dataclasses
+import hashlib
 import time
+from collections.abc import Callable
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 import torch
@@ -21,7 +23,7 @@ from edgeprune.bench.benchmark import benchmark_on
 from edgeprune.devices import DeviceProfile
 from edgeprune.devices.transports.base import Transport
 from edgeprune.errors import UserInputError
-from edgeprune.export import RUNTIMES, content_key, export, load_artifact
+from edgeprune.export import RUNTIMES, ExportJob, content_key, export, load_artifact
 from edgeprune.importance import HeadScores
 from edgeprune.models import adapter_for
 from edgeprune.progress import Progress
@@ -38,9 +40,13 @@ from edgeprune.search.journal import Journal
 from edgeprune.search.latency import LatencyModel
 from edgeprune.search.options import FitOptions
 from edgeprune.search.result import BuiltArtifact
+from edgeprune.search.shared import SharedWork
 from edgeprune.search.space import Shape
 from edgeprune.serialization import from_jsonable, to_jsonable
-from edgeprune.tasks.base import Quality, Task
+from edgeprune.tasks.base import Quality, Split, Task
+
+if TYPE_CHECKING:  # Ray is an extra: the pool is imported only where one is made
+    from edgeprune.cluster import BoardPool
 
 LATENCY_MODEL_SLACK = 1.15  # benchmark anyway when the latency model predicts within 15 % of the budget
 FITTED_LATENCY_SLACK = 1.05  # the same once the recipe's own line is fitted to two measurements
@@ -52,10 +58,13 @@ class CandidateBuilder:
     def __init__(self, teacher: nn.Module, scores: HeadScores, task: Task, options: FitOptions, work: Path,
                  progress: Progress, runtime: str, profile: DeviceProfile, device_link: Transport | None,
                  journal: Journal, vocabulary: VocabularyMap | None = None,
-                 estimator: HostEstimator | None = None) -> None:
+                 estimator: HostEstimator | None = None, shared: SharedWork | None = None,
+                 boards: "BoardPool | None" = None) -> None:
         self.teacher = teacher
         self.vocabulary = vocabulary  # the trimmed vocabulary shapes with trim_vocabulary use
-        self._trimmed: nn.Module | None = None
+        # what does not depend on the device (means, statistics, layouts, estimates, runtime qualities): another
+        # device's builder of the same fleet may have filled it already
+        self.shared = shared if shared is not None else SharedWork()
         self.scores = scores
         self.task = task
         self.options = options
@@ -65,6 +74,8 @@ class CandidateBuilder:
         self.profile = profile
         self.device_link = device_link
         self.estimator = estimator  # set when the device is not connected: figures are estimated
+        self.boards = boards  # a lab pool with boards of this profile: benchmarks run there, not on device_link
+        self.before_benchmark: Callable[[], None] | None = None  # e.g. wait for exports running beside it
         self.journal = journal
         self.size_model = SizeModel()
         self.latency_model = LatencyModel(profile.peak_gflops, profile.mem_bandwidth_gbs)
@@ -74,14 +85,12 @@ class CandidateBuilder:
         self.layers = len(adapter_for(teacher).attention_blocks(teacher))
         # layer counts the model allows (a 2-layer model can lose 1); the defaults are for 6+ layers
         self.layer_counts = tuple(c for c in options.layer_removals if c < self.layers) or (0,)
-        self._removed_layers: dict[int, list[int]] = {}
-        self._neurons: Any = None  # NeuronStatistics of the dense teacher, measured when first needed
-        self._layouts: dict[Shape, ParameterLayout] = {}  # shapes at 0 and at all removable heads removed
-        self._payload: dict[tuple, int] = {}  # (recipe, such a shape) → payload bytes
-        self._flops: dict[tuple, int] = {}
-        self._core: dict[tuple, int] = {}  # shapes at the ends of a line → parameters outside the embeddings
+        # shapes at 0 and at all removable heads removed → their layouts; (recipe, such a shape) → payload bytes
+        self._layouts, self._payload = self.shared.layouts, self.shared.payload
+        self._flops = self.shared.flops
+        self._core = self.shared.core  # shapes at the ends of a line → parameters outside the embeddings
         self._size_observed: set[tuple[str, Shape]] = set()  # candidates the size model has learnt from
-        self._recovered: dict[int, nn.Module] = {}  # heads removed → recovered model, reused by later candidates
+        self._recovered = self.shared.recovered  # heads removed → recovered model, reused by later candidates
         self.means = self._head_means() if options.compensate else None
         self.started = time.perf_counter()
 
@@ -95,19 +104,23 @@ class CandidateBuilder:
         """Each head's mean output on calibration data, measured once on the dense teacher."""
         from edgeprune.pruning.compensation import measure_head_means
 
-        return measure_head_means(self.teacher, self._input_batches())
+        if self.shared.head_means is None:
+            self.shared.head_means = measure_head_means(self.teacher, self._input_batches())
+        else:
+            self.shared.count("head means")
+        return self.shared.head_means
 
     def removed_layers(self, count: int) -> list[int]:
         """The `count` consecutive layers of the teacher that change its hidden states least (angular distance)."""
         if count == 0:
             return []
-        if count not in self._removed_layers:
+        if count not in self.shared.removed_layers:
             from edgeprune.importance import score_layers
 
             scores = score_layers(self.teacher, self._input_batches(), "angular-distance", block_size=count)
             start = int(np.argmin(scores.scores))
-            self._removed_layers[count] = list(range(start, start + count))
-        return self._removed_layers[count]
+            self.shared.removed_layers[count] = list(range(start, start + count))
+        return self.shared.removed_layers[count]
 
     def head_counts(self, layers_removed: int = 0) -> list[int]:
         """Heads-removed counts the search tries: multiples of the step up to all removable in the kept layers."""
@@ -129,11 +142,11 @@ class CandidateBuilder:
         return plan_global_topk(scores, heads_removed, self.options.min_heads_per_layer)
 
     def neuron_statistics(self) -> Any:
-        if self._neurons is None:
+        if self.shared.neurons is None:
             from edgeprune.pruning.ffn import neuron_statistics
 
-            self._neurons = neuron_statistics(self.teacher, self._input_batches())
-        return self._neurons
+            self.shared.neurons = neuron_statistics(self.teacher, self._input_batches())
+        return self.shared.neurons
 
     def structure(self, shape: Shape) -> StructurePlan:
         """What `shape` keeps of the teacher, on the teacher's indices: the global top-k heads of the layers that
@@ -154,9 +167,9 @@ class CandidateBuilder:
         structure = self.structure(shape)
         neuron_means = self.neuron_statistics().means if shape.ffn_fraction and self.options.compensate else None
         compensation = StructureCompensation(self.means, neuron_means)
-        if structure.vocabulary is not None and self._trimmed is None:  # trimmed once, copied for every shape
-            self._trimmed = trim_vocabulary(copy.deepcopy(self.teacher), structure.vocabulary)
-        model = copy.deepcopy(self._trimmed if structure.vocabulary is not None else self.teacher)
+        if structure.vocabulary is not None and self.shared.trimmed is None:  # trimmed once, copied for every shape
+            self.shared.trimmed = trim_vocabulary(copy.deepcopy(self.teacher), structure.vocabulary)
+        model = copy.deepcopy(self.shared.trimmed if structure.vocabulary is not None else self.teacher)
         return apply_structure(model, dataclasses.replace(structure, vocabulary=None), compensation)
 
     def recovered(self, plan: PruningPlan) -> nn.Module:
@@ -238,12 +251,16 @@ class CandidateBuilder:
         this structure reaches (quantization only takes away); the structure's, whatever the vocabulary."""
         key = shape.structure.key
         proxies = self.journal.proxies
+        if key not in proxies and key in self.shared.proxies:  # measured for another device of the fleet
+            self.journal.record_proxy(key, self.shared.proxies[key])
+            self.shared.count("PyTorch estimates")
         if key not in proxies:
             mark = time.perf_counter()
             quality = self.task.batched_quality(self.pruned(shape.structure), "validation")
             self.journal.record_proxy(key, to_jsonable(quality))
             self.progress.note(f"  PyTorch estimate for {shape.structure.describe()}: validation {quality.metric} "
                                f"{quality.value:.4f} ({time.perf_counter() - mark:.0f} s)")
+        self.shared.proxies[key] = proxies[key]
         return from_jsonable(Quality, proxies[key])
 
     def remap(self, inputs: tuple[torch.Tensor, ...], trimmed: bool) -> tuple[torch.Tensor, ...]:
@@ -285,6 +302,25 @@ class CandidateBuilder:
         if artifact.benchmark is not None:
             self.latency_model.observe(recipe, self.flops(shape), artifact.benchmark.p50_ms)
 
+    def export_job(self, shape: Shape, recipe: Recipe) -> ExportJob | None:
+        """The export a candidate will need, to start early elsewhere (`edgeprune.cluster.prefetch`); None when it
+        is in the export cache already, or is recovered (recovery runs here, when the candidate is built)."""
+        if self.options.recover_steps > 0 and shape.heads_removed > 0:
+            return None
+        model = self.pruned(shape)
+        example = self.remap(self.example, shape.trim_vocabulary)
+        suffix = RUNTIMES.get(recipe.runtime).suffix
+        target = self.task.cache_dir / "exports" / f"{content_key(model, recipe.name, example)}{suffix}"
+        if target.exists():
+            return None
+        return ExportJob(model, example, recipe, self.calibration(recipe, shape.trim_vocabulary), target)
+
+    def calibration(self, recipe: Recipe, trimmed: bool) -> list[tuple[torch.Tensor, ...]] | None:
+        """Real calibration inputs, as the artifact takes them, for a calibrated recipe; None otherwise."""
+        if not recipe.calibrated:
+            return None
+        return [self.remap(i, trimmed) for i in self.task.example_inputs("calibration", CALIBRATION_EXAMPLES)]
+
     def build(self, shape: Shape, recipe: Recipe, file_name: str, label: str,
               baseline: bool = False) -> BuiltArtifact:
         recover = not baseline and self.options.recover_steps > 0 and shape.heads_removed > 0
@@ -303,13 +339,9 @@ class CandidateBuilder:
         key = content_key(model, recipe.name, example)
         self.progress.note(f"{label}: {recipe.name}, {shape.describe()}: quantize, export, verify "
                            f"({elapsed_text(self.started)} into the search)")
-        calibration = None
-        if recipe.calibrated:  # real calibration inputs, as the artifact takes them
-            calibration = [self.remap(i, trimmed) for i in self.task.example_inputs("calibration",
-                                                                                    CALIBRATION_EXAMPLES)]
         exported = export(model, example, self.work / file_name, recipe, self.task.cache_dir / "exports", key,
-                          calibration, verify_on=[self.remap(i, trimmed) for i in self.verify_inputs],
-                          name=f"{label} ({recipe.name})")
+                          self.calibration(recipe, trimmed), name=f"{label} ({recipe.name})",
+                          verify_on=[self.remap(i, trimmed) for i in self.verify_inputs])
         if not baseline:  # the baseline's full vocabulary would miscalibrate the candidates' overhead
             self.size_model.observe(model, recipe, exported.size_bytes)
             self._size_observed.add((recipe.name, shape))
@@ -331,32 +363,50 @@ class CandidateBuilder:
 
     def evaluate(self, artifact: BuiltArtifact) -> None:
         """Validation quality through the runtime: what the search decides on."""
-        run = load_artifact(self.work / artifact.path)
-        trimmed = artifact.vocabulary_size is not None
-        artifact.validation_quality = self.task.runtime_quality(
-            run, "validation", (lambda inputs: self.remap(inputs, True)) if trimmed else None)
+        artifact.validation_quality = self.runtime_quality(artifact, "validation")
         self.progress.note(f"  validation {artifact.validation_quality.metric} "
                            f"{artifact.validation_quality.value:.4f} through {self.runtime}")
+
+    def runtime_quality(self, artifact: BuiltArtifact, split: Split) -> Quality:
+        """The artifact's quality on `split` through the runtime; the same file (by content) measured for another
+        device of the fleet is not measured again."""
+        with open(self.work / artifact.path, "rb") as file:
+            key = (hashlib.file_digest(file, "sha256").hexdigest(), split)
+        if key in self.shared.runtime_qualities:
+            self.shared.count(f"{split} qualities through the runtime")
+            return self.shared.runtime_qualities[key]
+        run = load_artifact(self.work / artifact.path)
+        trimmed = artifact.vocabulary_size is not None
+        quality = self.task.runtime_quality(run, split, (lambda inputs: self.remap(inputs, True)) if trimmed
+                                            else None)
+        self.shared.runtime_qualities[key] = quality
+        return quality
 
     def benchmark(self, artifact: BuiltArtifact) -> None:
         """On the profile's device, or estimated from a run here when it is not connected."""
         inputs = self.remap(self.example, artifact.vocabulary_size is not None)
-        where = f"estimated for {self.profile.name}" if self.estimator else f"on {self.profile.name}"
+        where = f"estimated for {self.profile.name}" if self.estimator else f"on {self.profile.name}" + (
+            " (a board of the pool)" if self.boards else "")
         self.progress.note(f"  benchmarking {where} ({self.options.bench_runs} runs, {self.profile.threads} threads)")
+        if self.before_benchmark is not None:
+            self.before_benchmark()
         # the latency model's figure before it sees this measurement: result.json keeps both (its error, measured)
         artifact.predicted_latency_ms = self.predict_latency(artifact.shape, artifact.recipe)
         artifact.latency_basis = self.latency_model.basis(artifact.recipe.name)
         if self.estimator is not None:
             artifact.benchmark = self.estimator.benchmark(self.work / artifact.path, inputs, self.runtime,
                                                           self.options.bench_warmup, self.options.bench_runs)
+        elif self.boards is not None:
+            artifact.benchmark = self.boards.benchmark(self.profile.name, self.work / artifact.path, inputs,
+                                                       self.runtime, self.options.bench_warmup, self.options.bench_runs)
         else:
             artifact.benchmark = benchmark_on(self.device_link, self.work / artifact.path, inputs, self.runtime,
                                               self.profile.threads, self.options.bench_warmup,
                                               self.options.bench_runs, device=self.profile.name,
                                               profile=self.profile)
-        peak = artifact.benchmark.peak_rss_mb
+        peak, board = artifact.benchmark.peak_rss_mb, artifact.benchmark.board
         self.progress.note(f"  p50 {artifact.benchmark.p50_ms:.2f} ms{'' if self.estimator is None else ' (estimated)'}"
-                           f", peak {'?' if peak is None else f'{peak:.0f}'} MB")
+                           f", peak {'?' if peak is None else f'{peak:.0f}'} MB{f' (board {board})' if board else ''}")
 
     def measure(self, artifact: BuiltArtifact) -> None:
         self.evaluate(artifact)

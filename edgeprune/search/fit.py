@@ -18,15 +18,15 @@ import shutil
 import time
 from datetime import datetime
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from torch import nn
 
 from edgeprune.devices import DeviceProfile, load_profile
 from edgeprune.devices.setup import device_python
-from edgeprune.devices.transports import Transport, open_transport
+from edgeprune.devices.transports import open_transport
 from edgeprune.errors import DeviceUnreachableError, Interrupted, UserInputError
-from edgeprune.export import RUNTIMES, load_artifact
+from edgeprune.export import RUNTIMES
 from edgeprune.importance import HeadScores, score_heads
 from edgeprune.progress import Progress
 from edgeprune.quantize import (
@@ -45,11 +45,16 @@ from edgeprune.search.journal import JOURNAL_NAME, Journal, prepare_out_dir
 from edgeprune.search.options import FitOptions
 from edgeprune.search.result import BuiltArtifact, FitResult, fit_status
 from edgeprune.search.searcher import best_first_search
+from edgeprune.search.shared import SharedWork
 from edgeprune.search.ship import keep_only, reproduce, ship_files, summary
 from edgeprune.search.space import Shape
 from edgeprune.serialization import to_jsonable, write_text_atomic
 from edgeprune.tasks.base import Task
 from edgeprune.tasks.metrics import per_class_regressions
+
+if TYPE_CHECKING:  # Ray is an extra: the pool is imported only where one is made
+    from edgeprune.cluster import BoardPool
+    from edgeprune.cluster.prefetch import ExportPrefetcher
 
 BASELINE_STEM = "dense-fp32"
 
@@ -69,12 +74,15 @@ def fit(
     options: FitOptions | None = None,
     progress: Progress | None = None,
     resume: bool = False,
+    boards: "BoardPool | None" = None,
+    exports_ahead: int = 0,
     **task_options: Any,
 ) -> FitResult:
     """Fit a model to a device: `fit("my-model/", "classification", "reviews.csv", device="pi5",
     budget=Budget(max_mb=25))`, or `fit(task)` with a Task built in Python (e.g. `bundled_task("minilm-bbc")`).
 
-    `task_options` go to the task (text_column, label_column, max_length, ratios, seed, head, ...).
+    `task_options` go to the task (text_column, label_column, max_length, ratios, seed, head, ...); `boards` and
+    `exports_ahead` (a lab on Ray) are `fit_task`'s.
     """
     from edgeprune.tasks import make_task
 
@@ -87,7 +95,8 @@ def fit(
             raise UserInputError("fit(model_folder, task, data): name the task kind (classification, embedding, "
                                  "causal-lm, image-classification) and the data file or folder")
         the_task = make_task(task, model, data, **task_options)
-    return fit_task(the_task, device, budget, out, options, progress, resume)
+    return fit_task(the_task, device, budget, out, options, progress, resume, boards=boards,
+                    exports_ahead=exports_ahead)
 
 
 def fit_task(
@@ -98,13 +107,19 @@ def fit_task(
     options: FitOptions | None = None,
     progress: Progress | None = None,
     resume: bool = False,
+    shared: SharedWork | None = None,
+    boards: "BoardPool | None" = None,
+    exports_ahead: int = 0,
 ) -> FitResult:
     """Fit `task`'s model to `device` within `budget`; write the artifact, result.json and the reports to `out`.
 
     Returns the FitResult; when nothing fits, its status is "budget_not_met", `fitted` is the closest
     candidate and `binding_budgets` / `suggestions` say what stood in the way. When the device does not answer
     (and `options.require_device` is off) the figures are estimated here and a fit's status is "fit (estimated)";
-    that is said first, before any work.
+    that is said first, before any work. `shared` carries the device-independent work of a fleet from one
+    device's fit to the next (`fit_fleet`). `boards`, a lab pool on Ray, benchmarks on its boards of this profile
+    instead of the profile's own connection; `exports_ahead` > 0 (this process connected to Ray) exports that
+    many of the candidates ranked next on Ray workers while one is measured (`edgeprune.cluster.prefetch`).
     """
     profile = device if isinstance(device, DeviceProfile) else load_profile(device)
     budget = budget or Budget.for_device(profile)
@@ -117,32 +132,45 @@ def fit_task(
     work, created = prepare_out_dir(out, resume)
     timings: dict[str, float] = {}
     journal: Journal | None = None
+    shared = shared if shared is not None else SharedWork()
+    shared.bind(shared_key(task, options))
     try:
         journal = Journal(work / JOURNAL_NAME, _settings(task, options, runtime, recipes, profile, budget), resume)
         if journal.damage:
             progress.warn(journal.damage)
         # first, before any work: whether this fit is measured on the device or estimated here (or, with
         # require_device, refused)
-        with open_transport(profile.endpoint, device_python(profile)) as probe_link:
-            estimator = _estimator_if_unreachable(probe_link, profile, options, progress)
+        pool = boards if boards is not None and boards.covers(profile.name) else None
+        estimator = _estimator_if_unreachable(profile, options, progress, pool)
         mark = time.perf_counter()
-        teacher = task.teacher()
+        if shared.teacher is None:
+            shared.teacher = task.teacher()
+        else:
+            shared.count("teacher")
+        teacher = shared.teacher
         timings["teacher"] = time.perf_counter() - mark
         progress.note(f"dense teacher: test {teacher.test.metric} {teacher.test.value:.4f} (PyTorch)")
         progress.note(f"data split (seed {task.seed}): {_split_summary(task)}")
 
         mark = time.perf_counter()
-        raw_scores = journaled_head_scores(task, teacher.model, options, progress, journal)
+        raw_scores = journaled_head_scores(task, teacher.model, options, progress, journal, shared)
         scores = raw_scores.normalize_per_layer(options.normalize)
         timings["scoring"] = time.perf_counter() - mark
 
         vocabulary = vocabulary_for(task, options, progress)
         with open_transport(profile.endpoint, device_python(profile)) as device_link:
             builder = CandidateBuilder(teacher.model, scores, task, options, work, progress, runtime, profile,
-                                       None if estimator else device_link, journal, vocabulary, estimator)
+                                       None if estimator or pool else device_link, journal, vocabulary, estimator,
+                                       shared, None if estimator else pool)
             mark = time.perf_counter()
             dense = _dense_baseline(builder, runtime, journal)
-            candidates, trials = best_first_search(builder, budget, recipes, teacher.validation, progress)
+            prefetch = _prefetcher(builder, exports_ahead, progress)
+            try:
+                candidates, trials = best_first_search(builder, budget, recipes, teacher.validation, progress,
+                                                       prefetch)
+            finally:
+                if prefetch is not None:
+                    progress.note(prefetch.close())
             timings["search"] = time.perf_counter() - mark
 
         mark = time.perf_counter()
@@ -150,10 +178,7 @@ def fit_task(
         fitted, binding, suggestions = choose(candidates, budget, teacher.validation, tolerance)
         keep_only(fitted, candidates, work)
         for artifact in (dense, fitted):
-            run = load_artifact(work / artifact.path)
-            trimmed = artifact.vocabulary_size is not None
-            artifact.quality = task.runtime_quality(run, "test", (lambda i: builder.remap(i, True)) if trimmed
-                                                    else None)
+            artifact.quality = builder.runtime_quality(artifact, "test")
             if artifact.quality.metric in ACCURACY_METRICS:
                 artifact.test_accuracy = artifact.quality.value
         timings["evaluation"] = time.perf_counter() - mark
@@ -197,19 +222,18 @@ def fit_task(
         raise
 
 
-def _estimator_if_unreachable(device_link: Transport, profile: DeviceProfile, options: FitOptions,
-                              progress: Progress) -> HostEstimator | None:
-    """None when the device answers; else an estimator from runs here (or DeviceUnreachableError when
-    `require_device`). The local machine is always reachable."""
-    if profile.endpoint.kind == "local":
+def _estimator_if_unreachable(profile: DeviceProfile, options: FitOptions, progress: Progress,
+                              pool: "BoardPool | None") -> HostEstimator | None:
+    """None when the device (or a board of its profile in `pool`) answers; else an estimator from runs here (or
+    DeviceUnreachableError when `require_device`). The local machine is always reachable."""
+    if pool is not None:
+        reason = pool.ping(profile.name)
+    elif profile.endpoint.kind == "local":
         return None
-    try:
-        done = device_link.run(["true"], timeout_s=60)
-        if done.exit_code == 0:
-            return None
-        reason = f"`true` exited {done.exit_code} there"
-    except DeviceUnreachableError as error:
-        reason = str(error)
+    else:
+        reason = _unreachable(profile)
+    if reason is None:
+        return None
     if options.require_device:
         raise DeviceUnreachableError(f"device {profile.name} is not usable ({reason}); fix the connection, or "
                                      "drop --require-device to fit on estimated figures")
@@ -217,6 +241,26 @@ def _estimator_if_unreachable(device_link: Transport, profile: DeviceProfile, op
     progress.warn(f"fit (estimated): {profile.name} is not reachable ({reason}); latency, memory and energy are "
                   f"ESTIMATED, not measured: {estimator.describe()}; --require-device makes this an error")
     return estimator
+
+
+def _prefetcher(builder: CandidateBuilder, depth: int, progress: Progress) -> "ExportPrefetcher | None":
+    if depth <= 0:
+        return None
+    from edgeprune.cluster.prefetch import ExportPrefetcher
+
+    prefetch = ExportPrefetcher(builder, depth, progress)
+    builder.before_benchmark = prefetch.quiet  # no export beside a benchmark
+    return prefetch
+
+
+def _unreachable(profile: DeviceProfile) -> str | None:
+    """Why the profile's device does not run a command, or None when it does."""
+    with open_transport(profile.endpoint, device_python(profile)) as link:
+        try:
+            done = link.run(["true"], timeout_s=60)
+        except DeviceUnreachableError as error:
+            return str(error)
+    return None if done.exit_code == 0 else f"`true` exited {done.exit_code} there"
 
 
 def _split_summary(task: Task) -> str:
@@ -247,16 +291,31 @@ def _settings(task: Task, options: FitOptions, runtime: str, recipes: tuple[str,
 
 
 def journaled_head_scores(task: Task, model: nn.Module, options: FitOptions, progress: Progress,
-                          journal: Journal) -> HeadScores:
+                          journal: Journal, shared: SharedWork | None = None) -> HeadScores:
     if journal.scores is not None:
         progress.note("head scores: finished before (resumed)")
         return HeadScores.from_dict(journal.scores)
+    if shared is not None and shared.raw_scores is not None:  # scored for another device of the fleet
+        shared.count("head scores")
+        journal.record_scores(shared.raw_scores.to_dict())
+        return shared.raw_scores
     batches = task.batches("calibration", options.scoring_batch_size, limit=options.scoring_examples)
     with progress.task(f"scoring heads ({options.criterion})", min(options.scoring_examples,
                                                                    task.count("calibration"))) as bar:
         scores = score_heads(model, bar.track(batches), options.criterion, loss_fn=task.loss)
     journal.record_scores(scores.to_dict())
+    if shared is not None:
+        shared.raw_scores = scores
     return scores
+
+
+def shared_key(task: Task, options: FitOptions) -> str:
+    """What device-independent work depends on: the task and the options, less the per-device ones."""
+    import dataclasses
+    import json
+
+    common = dataclasses.replace(options, runtime=None, recipes=None, require_device=False)
+    return json.dumps([task.cache_key(), to_jsonable(common)], sort_keys=True)
 
 
 def vocabulary_for(task: Task, options: FitOptions, progress: Progress) -> VocabularyMap | None:

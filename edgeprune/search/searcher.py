@@ -3,6 +3,7 @@
 import copy
 import dataclasses
 from dataclasses import dataclass
+from typing import Protocol
 
 from edgeprune.errors import VerificationError
 from edgeprune.progress import Progress
@@ -27,6 +28,13 @@ class Proposal:
     shape: Shape
     threshold: float | None = None
     closest: bool = False  # nothing met every budget: the most compressed candidate, measured in full
+
+
+class BeforeBuild(Protocol):
+    """Work to start before a proposal is built, knowing what the searcher ranks next (e.g. exports elsewhere:
+    `edgeprune.cluster.prefetch.ExportPrefetcher`); it must not change what the searcher decides."""
+
+    def before_build(self, searcher: "BestFirstSearcher", proposal: Proposal) -> None: ...
 
 
 class BestFirstSearcher:
@@ -76,6 +84,20 @@ class BestFirstSearcher:
         nothing met every budget; then None."""
         if self.done:
             return None
+        ranked = self._ranked()
+        if ranked:
+            return ranked[0]
+        self.done = True
+        self._note_lines_not_built()
+        return self._closest()
+
+    def upcoming(self, count: int) -> list[Proposal]:
+        """The candidates ranked after the one `propose` returns: a guess at what comes next (what is told
+        meanwhile may close their lines), for work that can start early, such as exports on other machines."""
+        return [] if self.done else self._ranked()[1:1 + count]
+
+    def _ranked(self) -> list[Proposal]:
+        """Every candidate that can still win, most promising first (closing the lines that cannot)."""
         space = self.space
         self.frontier = {}
         for line in self.lines:
@@ -104,12 +126,8 @@ class BestFirstSearcher:
             else:  # most promising first: the estimate less what this recipe was seen to lose
                 expected = estimate - _quantization_loss(line.recipe, self.anchors, self.order, space)
                 ranked.append((-expected, self.order[line.recipe], shape, line))
-        if ranked:
-            _, _, shape, line = min(ranked)
-            return Proposal(line.recipe, shape, _threshold(self.incumbent, shape, space, self.tolerance))
-        self.done = True
-        self._note_lines_not_built()
-        return self._closest()
+        return [Proposal(line.recipe, shape, _threshold(self.incumbent, shape, space, self.tolerance))
+                for _, _, shape, line in sorted(ranked, key=lambda item: item[:3])]
 
     def tell(self, proposal: Proposal, artifact: BuiltArtifact) -> None:
         """What building `proposal` gave (benchmarked or not, checked against the budget)."""
@@ -214,10 +232,14 @@ class BestFirstSearcher:
 
 
 def best_first_search(builder: CandidateBuilder, budget: Budget, recipes: tuple[str, ...], reference: Quality,
-                      progress: Progress) -> tuple[list[BuiltArtifact], list[Trial]]:
-    """Build what the searcher proposes until it proposes nothing; every candidate built and every trial."""
+                      progress: Progress, prefetch: BeforeBuild | None = None,
+                      ) -> tuple[list[BuiltArtifact], list[Trial]]:
+    """Build what the searcher proposes until it proposes nothing; every candidate built and every trial.
+    `prefetch` starts the exports of the candidates ranked next elsewhere (it changes no decision)."""
     searcher = BestFirstSearcher(builder, budget, recipes, reference, progress)
     while (proposal := searcher.propose()) is not None:
+        if prefetch is not None:
+            prefetch.before_build(searcher, proposal)
         try:
             artifact = builder.candidate(RECIPES.get(proposal.recipe), proposal.shape, budget, reference,
                                          proposal.threshold)
@@ -306,8 +328,9 @@ def _quantization_loss(recipe: str, anchors: list[tuple[str, Shape, BuiltArtifac
 
 def _note_best(progress: Progress, best: BuiltArtifact | None, started: float) -> None:
     if best is not None:
-        progress.note(f"  best so far: {best.recipe}, {best.describe()}, {best.file_bytes / 1e6:.2f} MB, validation "
-                      f"{best.validation_quality.metric} {best.validation_quality.value:.4f} ({elapsed_text(started)})")
+        quality = best.validation_quality
+        progress.note(f"  best so far: {best.recipe.name}, {best.describe()}, {best.file_bytes / 1e6:.2f} MB, "
+                      f"validation {quality.metric} {quality.value:.4f} ({elapsed_text(started)})")
     else:
         progress.note(f"  nothing meets every budget yet ({elapsed_text(started)})")
 

@@ -1,0 +1,201 @@
+"""A lab on a real Ray cluster: a head and a second node (one CPU each, on 127.0.0.1), two real sshd "boards" of
+one profile on loopback ports. A fit whose benchmarks go through the pool equals the fit through the profile's own
+connection; a board killed mid-fit is marked down and the fit completes on the other; a board pinned to a node by
+its resource runs there; the boards file is checked like a profile."""
+
+import os
+
+import pytest
+
+# Ray binds every server of a cluster to the loopback address when multi-node clusters are "off" (its default on
+# macOS and Windows); ray.cluster_utils still starts several nodes, each its own raylet and object store, on this
+# machine. Set before ray is imported (it reads this once); nothing then listens beyond 127.0.0.1.
+os.environ["RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER"] = "0"
+
+from edgeprune.cli import main  # noqa: E402
+from edgeprune.cluster import BoardPool, load_boards  # noqa: E402
+from edgeprune.errors import UserInputError  # noqa: E402
+from edgeprune.progress import Progress  # noqa: E402
+from edgeprune.search import Budget  # noqa: E402
+from edgeprune.search.fit import FitOptions, fit  # noqa: E402
+from edgeprune.tasks import bundled_task  # noqa: E402
+from tests.sshd import start_sshd  # noqa: E402
+from tests.test_fit_integration import FAST, HEADS_ONLY  # noqa: E402
+
+PINNED = "board:lab-pinned"
+
+
+@pytest.fixture(scope="module")
+def ray_cluster():
+    ray = pytest.importorskip("ray", reason="Ray is the cluster extra; make install brings it")
+    from ray.cluster_utils import Cluster
+
+    cluster = Cluster(initialize_head=True, head_node_args={"num_cpus": 1, "include_dashboard": False})
+    second = cluster.add_node(num_cpus=1, resources={PINNED: 1})
+    ray.init(address=cluster.address, log_to_driver=False)
+    yield cluster, second
+    ray.shutdown()
+    cluster.shutdown()
+
+
+@pytest.fixture
+def two_boards(tmp_path):
+    boards = [start_sshd(tmp_path / f"sshd-{name}") for name in ("a", "b")]
+    yield boards
+    for board in boards:
+        board.stop()
+
+
+def lab_profile(folder, server, name="lab-pi"):
+    return server.write_profile(folder, name)
+
+
+def boards_file(folder, profile, servers, pinned=None):
+    text = ""
+    for name, server in servers.items():
+        pin = f'node_resource = "{PINNED}"\n' if name == pinned else ""
+        text += f'[[board]]\nname = "{name}"\nprofile = "{profile}"\n{pin}[board.connection]\n'
+        text += server.connection_toml() + "\n"
+    path = folder / "boards.toml"
+    path.write_text(text)
+    return path
+
+
+class Recorder(Progress):
+    """Keeps notes and warnings; calls `hook` with each note."""
+
+    def __init__(self, hook=None) -> None:
+        super().__init__(enabled=False)
+        self.notes: list[str] = []
+        self.hook = hook
+
+    def note(self, message: str) -> None:
+        self.notes.append(message)
+        if self.hook:
+            self.hook(message)
+
+    def warn(self, message: str) -> None:
+        self.notes.append(message)
+
+
+OPTIONS = FitOptions(recipes=("int8",), scoring_examples=32, ffn_fractions=(0.0,), layer_removals=(0,),
+                     trim_vocabulary=False, bench_runs=20, bench_warmup=1)
+
+
+def small_task(model_dir):
+    return bundled_task("minilm-bbc", model_path=model_dir, max_length=32, progress=Progress(enabled=False))
+
+
+def test_a_fit_through_the_pool_on_the_cluster_equals_the_fit_through_the_profile(
+        ray_cluster, two_boards, small_bert_dir, tmp_path, capsys):
+    first = two_boards[0]
+    profile = lab_profile(tmp_path, first)
+    boards = boards_file(tmp_path, profile, {"lab-a": first})
+    out = tmp_path / "pooled"
+    code = main(["fit", "--model", str(small_bert_dir), "--device", str(profile), "--boards", str(boards),
+                 "--ray", ray_cluster[0].address, "--max-mb", "0.5", "--recipe", "int8", "--out", str(out), "--json",
+                 *HEADS_ONLY, *FAST])
+    printed = capsys.readouterr()
+    assert code in (0, 3), printed.err
+    import json
+
+    pooled = json.loads(printed.out)
+    assert pooled["fitted"]["benchmark"]["board"] == "lab-a" and pooled["fitted"]["benchmark"]["measured"]
+    direct = fit(small_task(small_bert_dir), device=str(profile), budget=Budget(max_mb=0.5), out=tmp_path / "direct",
+                 options=FitOptions(recipes=("int8",), scoring_examples=32, ffn_fractions=(0.0,),
+                                    layer_removals=(0,), trim_vocabulary=False, runtime="executorch"))
+    assert direct.fitted.benchmark.board == ""  # through the profile's own connection
+    # the timing-independent parts are the same: status, choice, every candidate built and its quality
+    assert pooled["status"] == direct.status
+    assert (pooled["fitted"]["recipe"]["name"], pooled["fitted"]["file_bytes"]) == (
+        direct.fitted.recipe.name, direct.fitted.file_bytes)
+    assert [(c["path"], c["validation_quality"]["value"] if c["validation_quality"] else None)
+            for c in pooled["candidates"]] == [(c.path, c.validation_quality.value if c.validation_quality else None)
+                                               for c in direct.candidates]
+
+
+def test_a_board_that_stops_answering_is_marked_down_and_the_fit_completes_on_the_other(
+        ray_cluster, two_boards, small_bert_dir, tmp_path):
+    first, second = two_boards
+    profile = lab_profile(tmp_path, first)
+    boards = load_boards(boards_file(tmp_path, profile, {"lab-a": first, "lab-b": second}))
+    benchmarks = []
+
+    def kill_a_after_its_first_benchmark(message):
+        if message.lstrip().startswith("p50 "):
+            benchmarks.append(message)
+            if len(benchmarks) == 1:
+                first.kill()  # powered off mid-fit, its sessions with it
+
+    progress = Recorder(kill_a_after_its_first_benchmark)
+    with BoardPool(boards, progress) as pool:
+        result = fit(small_task(small_bert_dir), device=str(profile), budget=Budget(max_mb=0.5, max_latency_ms=1e4),
+                     out=tmp_path / "fit", options=OPTIONS, progress=progress, boards=pool)
+        assert set(pool.down) == {"lab-a"}
+    assert result.fits
+    boards_used = [c.benchmark.board for c in [result.dense, *result.candidates] if c.benchmark is not None]
+    assert boards_used[0] == "lab-a" and boards_used[-1] == "lab-b" and len(boards_used) >= 2
+    assert any(n.startswith("board lab-a stopped answering") and "its work goes to lab-b" in n for n in progress.notes)
+
+
+def test_a_pinned_board_runs_on_the_node_with_its_resource_and_a_lab_with_none_left_says_so(
+        ray_cluster, two_boards, tmp_path):
+    import ray
+
+    first = two_boards[0]
+    profile = lab_profile(tmp_path, first)
+    boards = load_boards(boards_file(tmp_path, profile, {"lab-pinned": first}, pinned="lab-pinned"))
+    with BoardPool(boards) as pool:
+        node = ray.get(pool.actors["lab-pinned"].__ray_call__.remote(
+            lambda worker: ray.get_runtime_context().get_node_id()))
+        assert node == ray_cluster[1].node_id
+        assert pool.ping("lab-pi") is None
+        first.kill()
+        assert pool.ping("lab-pi").startswith("every board of lab-pi is down: lab-pinned:")
+        assert pool.ping("another") == "no board of profile another in the pool"
+
+
+def test_exports_started_ahead_on_ray_change_no_decision(ray_cluster, small_bert_dir, tmp_path):
+    # two lines (FFN kept, half removed): while one line's candidate is measured, the other's can be exported
+    options = FitOptions(recipes=("int8",), scoring_examples=32, ffn_fractions=(0.0, 0.5), layer_removals=(0,),
+                         trim_vocabulary=False, bench_runs=20, bench_warmup=1)
+    budget = Budget(max_mb=0.45)
+    ahead = Recorder()
+    # first, in an empty export cache: whatever it finds cached was exported by a Ray worker
+    prefetched = fit(small_task(small_bert_dir), device="host", budget=budget, out=tmp_path / "ahead", options=options,
+                     progress=ahead, exports_ahead=2)
+    summary = next(n for n in ahead.notes if n.startswith("exports started ahead on Ray: "))
+    started, landed = (int(word.strip("(")) for word in summary.split(":")[1].split()[:2])
+    assert started >= 1 and landed >= 1, summary
+    assert any(c.cached_export for c in prefetched.candidates)
+    plain = fit(small_task(small_bert_dir), device="host", budget=budget, out=tmp_path / "plain", options=options,
+                progress=Recorder())
+    # the same search: the same candidates in the same order, the same qualities, the same choice
+    assert [(c.recipe.name, c.describe(), c.file_bytes) for c in prefetched.candidates] == [
+        (c.recipe.name, c.describe(), c.file_bytes) for c in plain.candidates]
+    assert [c.validation_quality for c in prefetched.candidates] == [c.validation_quality for c in plain.candidates]
+    assert prefetched.fitted.describe() == plain.fitted.describe() and prefetched.status == plain.status
+
+
+@pytest.mark.parametrize(("text", "message"), [
+    ("", "no boards"),
+    ('[[board]]\nname = "a"\n', "needs profile"),
+    ('[[board]]\nname = "a"\nprofile = "host"\n[[board]]\nname = "a"\nprofile = "host"\n', "more than once"),
+    ('[[board]]\nname = "a b"\nprofile = "host"\n', "use letters, digits"),
+    ('[[board]]\nname = "a"\nprofile = "nowhere"\n', "unknown device 'nowhere'"),
+    ('[[board]]\nname = "a"\nprofile = "host"\ncolour = "red"\n', r"board\[0\].colour is not a board key"),
+    ('[[board]]\nname = "a"\nprofile = "host"\n[board.connection]\nkind = "ssh"\nhost = "x"\n', "needs"),
+    ('[lab]\nname = "a"\n', "unknown key 'lab'"),
+])
+def test_a_bad_boards_file_is_one_clear_line(text, message, tmp_path):
+    path = tmp_path / "boards.toml"
+    path.write_text(text)
+    with pytest.raises(UserInputError, match=message):
+        load_boards(path)
+
+
+def test_the_cli_checks_the_lab_flags_before_any_work(tmp_path, capsys):
+    assert main(["fit", "--ray", "auto", "--exports-ahead", "-1", "--out", str(tmp_path / "o"), "--quiet"]) == 2
+    assert "--exports-ahead must be 0 or more" in capsys.readouterr().err
+    assert main(["fit", "--boards", str(tmp_path / "none.toml"), "--out", str(tmp_path / "o"), "--quiet"]) == 2
+    assert "boards file" in capsys.readouterr().err
