@@ -7,8 +7,9 @@ The devices: this machine (`host`, 2 threads) and two "boards" that are this mac
 loopback ports (1 thread each), with three different size budgets. Every arm starts from its own empty cache
 holding only the dense teacher (copied from a warm one), so no arm borrows another's exports; within an arm the
 export cache works as it does for a user (three separate fits share exports through it, as three separate
-`edgeprune fit` runs would). The Ray arm starts a two-node Ray cluster on 127.0.0.1 (one CPU per node) and
-benchmarks the two boards through a pool of actors. On two cores any gain comes from work done once, not from
+`edgeprune fit` runs would). The Ray arm starts a two-node Ray cluster on 127.0.0.1 (one CPU per node),
+benchmarks the two boards through a pool of actors and exports up to two upcoming candidates ahead on the
+workers (`fit --ray --boards`). On two cores any gain comes from work done once, not from
 more CPUs. The search is kept to heads and the vocabulary with the int8 recipe (FFN and layer removal off), so
 the whole run takes minutes; run nothing else meanwhile.
 """
@@ -130,7 +131,7 @@ def ray_arm(root: Path, warm: Path, devices: list[str], budgets: dict, options: 
         started = time.perf_counter()
         with BoardPool(load_boards(boards_toml(root, profiles, servers)), Progress()) as pool:
             fleet = fit_fleet(bundled_task("minilm-bbc", progress=Progress()), devices, budgets, root / "fleet-ray",
-                              options, boards=pool)
+                              options, boards=pool, exports_ahead=2)
         return {"wall_s": round(time.perf_counter() - started, 1), "reused": fleet.reused,
                 "devices": {m.device: {"structure": m.structure, "file_mb": round(m.file_bytes / 1e6, 2)}
                             for m in fleet.members}}

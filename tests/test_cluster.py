@@ -4,6 +4,8 @@ connection; a board killed mid-fit is marked down and the fit completes on the o
 its resource runs there; the boards file is checked like a profile."""
 
 import os
+import subprocess
+import sys
 
 import pytest
 
@@ -175,6 +177,16 @@ def test_exports_started_ahead_on_ray_change_no_decision(ray_cluster, small_bert
         (c.recipe.name, c.describe(), c.file_bytes) for c in plain.candidates]
     assert [c.validation_quality for c in prefetched.candidates] == [c.validation_quality for c in plain.candidates]
     assert prefetched.fitted.describe() == plain.fitted.describe() and prefetched.status == plain.status
+
+
+def test_ray_auto_starts_a_ray_of_its_own_on_the_loopback_address():
+    code = ("import os\nos.environ.pop('RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER', None)\n"  # as a user's shell has it
+            "from edgeprune.cluster import connect_ray\nimport sys\nassert connect_ray('auto')\nimport ray\n"
+            "print(sorted({n['NodeManagerAddress'] for n in ray.nodes()}), ray.cluster_resources().get('CPU'))\n"
+            "ray.shutdown()\n")
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.split("]")[0] == "['127.0.0.1'"
 
 
 @pytest.mark.parametrize(("text", "message"), [

