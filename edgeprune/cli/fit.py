@@ -180,16 +180,15 @@ def lab_boards(args: argparse.Namespace) -> list | None:
     """The boards of --boards, checked (None without --boards)."""
     if args.exports_ahead < 0:
         raise UserInputError(f"--exports-ahead must be 0 or more, got {args.exports_ahead}")
-    if args.ray is not None:
-        from edgeprune.extras import require_extra
+    if args.ray is None and args.boards is None:
+        return None
+    from edgeprune.extras import require_extra
 
-        require_extra("cluster", "running on Ray (--ray)")
+    require_extra("cluster", "a lab on Ray (--ray, --boards)")
     if args.boards is None:
         return None
     from edgeprune.cluster.boards import load_boards
-    from edgeprune.extras import require_extra
 
-    require_extra("cluster", "a pool of boards (--boards)")
     return load_boards(args.boards)
 
 

@@ -23,8 +23,6 @@ from edgeprune.devices.transports import Transport, open_transport
 from edgeprune.errors import DeviceUnreachableError
 from edgeprune.progress import Progress
 
-PING_TIMEOUT_S = 60
-
 
 class BoardWorker:
     """What runs inside a board's actor: a connection to the board, opened on first use and reopened after a
@@ -49,13 +47,10 @@ class BoardWorker:
 
     def ping(self) -> None:
         """Raise DeviceUnreachableError unless the board runs a command."""
-        try:
-            done = self._transport().run(["true"], timeout_s=PING_TIMEOUT_S)
-        except DeviceUnreachableError:
+        reason = self._transport().unreachable()
+        if reason is not None:
             self._reset()
-            raise
-        if done.exit_code != 0:
-            raise DeviceUnreachableError(f"board {self.board.name}: `true` exited {done.exit_code}")
+            raise DeviceUnreachableError(f"board {self.board.name}: {reason}")
 
     def benchmark(self, file_name: str, content: bytes, inputs: tuple[torch.Tensor, ...], runtime: str, warmup: int,
                   runs: int) -> BenchmarkResult:
@@ -90,8 +85,7 @@ class BoardPool:
         self.boards = {board.name: board for board in boards}
         self.progress = progress or Progress(enabled=False)
         self.down: dict[str, str] = {}  # board → why it was marked down
-        self.busy: Counter[str] = Counter()
-        self.served: Counter[str] = Counter()  # benchmarks each board ran
+        self.busy: Counter[str] = Counter()  # benchmarks each board is running or has queued
         self.lock = threading.Lock()
         self.actors: dict[str, Any] = {}
         remote = ray.remote(BoardWorker)
@@ -145,7 +139,6 @@ class BoardPool:
             # the least busy; among those the first listed, so a fit's figures come from one board while it answers
             name = min(live, key=lambda n: self.busy[n])
             self.busy[name] += 1
-            self.served[name] += 1
             return name
 
     def _mark_down(self, name: str, error: BaseException) -> None:

@@ -41,7 +41,7 @@ class ExportPrefetcher:
 
     def before_build(self, searcher: BestFirstSearcher, proposal: Proposal) -> None:
         """Land the export of the candidate about to be built, if it ran elsewhere; start the next ones."""
-        self._land((proposal.recipe, proposal.shape), wait=True)
+        self._land((proposal.recipe, proposal.shape))
         for upcoming in searcher.upcoming(self.depth):
             key = (upcoming.recipe, upcoming.shape)
             if key in self.considered or len(self.inflight) >= self.depth:
@@ -57,9 +57,10 @@ class ExportPrefetcher:
     def quiet(self) -> None:
         """Wait until no export runs (they land in the cache): called before every benchmark."""
         for key in list(self.inflight):
-            self._land(key, wait=True)
+            self._land(key)
 
-    def _land(self, key: tuple[str, Shape], wait: bool) -> None:
+    def _land(self, key: tuple[str, Shape]) -> None:
+        """Wait for the export of `key`, if one runs, and write its bytes into the export cache."""
         if key not in self.inflight:
             return
         reference, target = self.inflight.pop(key)

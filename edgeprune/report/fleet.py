@@ -10,6 +10,7 @@ from edgeprune.report.html import POLICY, environment
 from edgeprune.report.plots.base import BUDGET, BUDGET_LINE, CHOSEN, DENSE, OTHER, Figure
 from edgeprune.report.plots.canvas import Mark, drawing, rounded, to_svg
 from edgeprune.search.fleet_result import FleetMember, FleetResult
+from edgeprune.serialization import write_text_atomic
 
 CHART_ID = "plot-fleet"
 HEADERS = ("device", "runtime", "status", "recipe", "structure", "size", "p50", "test quality", "dense (test)",
@@ -94,7 +95,5 @@ def fleet_figure(result: FleetResult) -> Figure:
 
 
 def write_fleet_reports(result: FleetResult, out: Path) -> None:
-    from edgeprune.serialization import write_text_atomic
-
     write_text_atomic(out / "fleet.md", render_fleet_markdown(result))
     write_text_atomic(out / "fleet.html", render_fleet_html(result))

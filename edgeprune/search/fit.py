@@ -133,9 +133,10 @@ def fit_task(
     timings: dict[str, float] = {}
     journal: Journal | None = None
     shared = shared if shared is not None else SharedWork()
-    shared.bind(shared_key(task, options))
     try:
-        journal = Journal(work / JOURNAL_NAME, _settings(task, options, runtime, recipes, profile, budget), resume)
+        settings = _settings(task, options, runtime, recipes, profile, budget)
+        shared.bind(shared_key(settings["model, data and task options"], options))
+        journal = Journal(work / JOURNAL_NAME, settings, resume)
         if journal.damage:
             progress.warn(journal.damage)
         # first, before any work: whether this fit is measured on the device or estimated here (or, with
@@ -256,11 +257,7 @@ def _prefetcher(builder: CandidateBuilder, depth: int, progress: Progress) -> "E
 def _unreachable(profile: DeviceProfile) -> str | None:
     """Why the profile's device does not run a command, or None when it does."""
     with open_transport(profile.endpoint, device_python(profile)) as link:
-        try:
-            done = link.run(["true"], timeout_s=60)
-        except DeviceUnreachableError as error:
-            return str(error)
-    return None if done.exit_code == 0 else f"`true` exited {done.exit_code} there"
+        return link.unreachable()
 
 
 def _split_summary(task: Task) -> str:
@@ -309,13 +306,14 @@ def journaled_head_scores(task: Task, model: nn.Module, options: FitOptions, pro
     return scores
 
 
-def shared_key(task: Task, options: FitOptions) -> str:
-    """What device-independent work depends on: the task and the options, less the per-device ones."""
+def shared_key(task_key: str, options: FitOptions) -> str:
+    """What device-independent work depends on: the task (its `cache_key`) and the options, less the per-device
+    ones."""
     import dataclasses
     import json
 
     common = dataclasses.replace(options, runtime=None, recipes=None, require_device=False)
-    return json.dumps([task.cache_key(), to_jsonable(common)], sort_keys=True)
+    return json.dumps([task_key, to_jsonable(common)], sort_keys=True)
 
 
 def vocabulary_for(task: Task, options: FitOptions, progress: Progress) -> VocabularyMap | None:

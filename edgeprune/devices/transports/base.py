@@ -80,6 +80,16 @@ class Transport(ABC):
     def fetch(self, name: str, local: Path) -> Path:
         """Copy `name` from the work folder to `local`; return `local`."""
 
+    def unreachable(self, timeout_s: float = 60) -> str | None:
+        """Why the device does not run a command (`true`), or None when it does: the probe before a fit."""
+        from edgeprune.errors import DeviceUnreachableError
+
+        try:
+            done = self.run(["true"], timeout_s=timeout_s)
+        except DeviceUnreachableError as error:
+            return str(error)
+        return None if done.exit_code == 0 else f"`true` exited {done.exit_code} there"
+
     def pin_prefix(self, threads: int) -> list[str]:
         """Words to put before a command so its threads run on the device's fastest cores (none by default)."""
         return []
