@@ -113,10 +113,7 @@ def test_every_bad_input_is_one_line_exit_2_and_nothing_written(tiny_bert_dir, t
         if args[:2] == ["--model", ""]:
             args = args[2:]
         out = tmp_path / "fit-out"
-        try:
-            code = main(["fit", "--max-length", "16", "--quiet", "--out", str(out), *args])
-        except SystemExit as exit_:  # argument errors leave through argparse, with the same one line
-            code = exit_.code
+        code = main(["fit", "--max-length", "16", "--quiet", "--out", str(out), *args])
         err = capsys.readouterr().err
         assert code == 2, f"{name}: exit {code}, {err}"
         assert err.count("\n") == 1 and err.startswith("edgeprune: error: ") and expected in err, f"{name}: {err}"
@@ -124,18 +121,18 @@ def test_every_bad_input_is_one_line_exit_2_and_nothing_written(tiny_bert_dir, t
 
 
 def test_the_project_file_sets_the_search_space_and_paired_flags(tmp_path, monkeypatch):
-    from edgeprune.cli import parse_with_project_file
+    from edgeprune.cli import parse_options
 
     monkeypatch.chdir(tmp_path)
     (tmp_path / "edgeprune.toml").write_text('[fit]\ntrim-vocab = false\nffn-fractions = "0,0.5"\n'
                                              'layer-removals = "0"\nrequire-device = true\n')
-    args = parse_with_project_file(["fit"])
-    assert args.trim_vocab is False and args.ffn_fractions == (0.0, 0.5) and args.layer_removals == (0,)
-    assert args.require_device is True
-    assert parse_with_project_file(["fit", "--trim-vocab"]).trim_vocab is True  # a flag overrides the file
+    args = parse_options(["fit"])
+    assert args["trim_vocab"] is False and args["ffn_fractions"] == (0.0, 0.5) and args["layer_removals"] == (0,)
+    assert args["require_device"] is True
+    assert parse_options(["fit", "--trim-vocab"])["trim_vocab"] is True  # a flag overrides the file
     (tmp_path / "edgeprune.toml").write_text("no-trim-vocab = true\n")
-    assert parse_with_project_file(["fit"]).trim_vocab is False
+    assert parse_options(["fit"])["trim_vocab"] is False
     (tmp_path / "edgeprune.toml").write_text("trim-vocab = true\n")
-    assert parse_with_project_file(["fit"]).trim_vocab is True
+    assert parse_options(["fit"])["trim_vocab"] is True
     (tmp_path / "edgeprune.toml").write_text("")
-    assert parse_with_project_file(["fit"]).trim_vocab is None  # searched both ways
+    assert parse_options(["fit"])["trim_vocab"] is None  # searched both ways

@@ -64,8 +64,8 @@ def test_wheels_for_a_board_are_its_platform_and_python_and_this_hosts_versions(
 
 @pytest.mark.parametrize(("argv", "message"), [
     (["devices", "setup", "host"], "is this machine (connection kind = 'local'); setup is for boards"),
-    (["devices", "check", "host", "--offline"], "--offline is for devices setup"),
-    (["devices", "setup"], "devices setup needs a device name"),
+    (["devices", "check", "host", "--offline"], "No such option '--offline'"),
+    (["devices", "setup"], "Missing argument 'NAME'"),
 ])
 def test_setup_user_errors_are_one_line_exit_2(argv, message, capsys):
     assert main(argv) == 2

@@ -6,7 +6,7 @@ import re
 import numpy as np
 import pytest
 
-from edgeprune.cli import build_parser
+from edgeprune.cli import cli
 from edgeprune.errors import UserInputError
 from edgeprune.importance import HeadScores
 from edgeprune.pruning import (
@@ -52,9 +52,9 @@ def test_an_unknown_strategy_lists_the_registered_ones():
 def test_the_cli_offers_exactly_the_registered_strategies_and_runtimes():
     from edgeprune.export import RUNTIMES
 
-    verbs = next(a for a in build_parser()._actions if a.dest == "verb").choices
-    strategy = next(a for a in verbs["prune"]._actions if a.dest == "strategy")
-    assert list(strategy.choices) == STRATEGIES.names() == ["global-topk", "per-layer", "threshold"]
+    def choices(verb: str, option: str) -> list[str]:
+        return list(next(p for p in cli.commands[verb].params if p.name == option).type.choices)
+
+    assert choices("prune", "strategy") == STRATEGIES.names() == ["global-topk", "per-layer", "threshold"]
     for verb in ("fit", "export", "bench"):
-        runtime = next(a for a in verbs[verb]._actions if a.dest == "runtime")
-        assert list(runtime.choices) == RUNTIMES.names()
+        assert choices(verb, "runtime") == RUNTIMES.names()

@@ -1,102 +1,143 @@
 """The `edgeprune` command: verbs that mirror the Python API. Status on stderr, results on stdout.
 
-Every error is one line on stderr with the exit code of its kind (README); `--debug` re-raises it with its
-traceback instead.
+Every error is one line on stderr with the exit code of its kind (README), converted here in one place;
+`--debug` re-raises it with its traceback instead.
 """
 
-import argparse
 import sys
 from collections.abc import Sequence
+from importlib.metadata import version
+from typing import Any
 
-from edgeprune.cli import artifacts, devices, fit, pruning, recovery
-from edgeprune.cli.common import Parser, non_finite_flag, one_line
-from edgeprune.errors import EdgepruneError, UserInputError
+import click
+
+from edgeprune.cli.artifacts import bench_command, export_command, quantize_command
+from edgeprune.cli.common import epilog, one_line
+from edgeprune.cli.config import project_defaults, split_config_flag
+from edgeprune.cli.devices import devices_group
+from edgeprune.cli.fit import fit_command
+from edgeprune.cli.pruning import prune_command, score_command
+from edgeprune.cli.recovery import distill_command
+from edgeprune.errors import EdgepruneError
 
 DEBUG_FLAG = "--debug"
 QUIET_FLAG, VERBOSE_FLAG = "--quiet", "--verbose"  # global: accepted before or after the verb, by every verb
-EXIT_INTERNAL, EXIT_INTERRUPTED = 1, 130
+EXIT_INTERNAL, EXIT_USAGE, EXIT_INTERRUPTED = 1, 2, 130
 DEBUG_HINT = f"(run with {DEBUG_FLAG} for the traceback)"
 MAX_INTERNAL_MESSAGE = 500  # characters of an unexpected error's message; --debug shows all of it
+EXIT_CODES = ("0 done (fit: every budget met); 1 internal error; 2 bad input; 3 budgets cannot be met; 4 an "
+              "artifact failed verification or is not its runtime's; 5 device unreachable; 6 a device command timed "
+              "out; 130 Ctrl-C")
+ENVIRONMENT = ("EDGEPRUNE_DEVICE (fit's and bench's --device), EDGEPRUNE_RUNS (where fit's output folders go, "
+               "default runs/), EDGEPRUNE_CACHE (teacher, scores and exports; default ~/.cache/edgeprune), "
+               "EDGEPRUNE_DEVICES (more profile folders)")
 
 
-def build_parser() -> argparse.ArgumentParser:
-    parser = Parser(prog="edgeprune", description=__doc__,
-                    epilog="Options may also come from edgeprune.toml in the working folder or --config PATH.")
-    parser.add_argument(DEBUG_FLAG, action="store_true", help="on an error, show its traceback instead of one line")
-    parser.add_argument(QUIET_FLAG, action="store_true", help="no progress on stderr, only errors and warnings about "
-                        "the result (any verb, anywhere on the line)")
-    parser.add_argument(VERBOSE_FLAG, action="store_true", help="also show what the libraries underneath log "
-                        "(transformers, torchao, ...), hidden by default (any verb, anywhere on the line)")
-    verbs = parser.add_subparsers(dest="verb", required=True, parser_class=Parser)
-    for module in (fit, pruning, recovery, artifacts, devices):
-        module.add_parsers(verbs)
-    return parser
+class EdgepruneCommand(click.Group):
+    """The verbs' group. Its `main` takes the global flags out wherever they are, reads the project file into
+    click's default_map, and turns every error into one line and its exit code."""
+
+    def main(self, args: Sequence[str] | None = None, prog_name: str | None = None,  # type: ignore[override]
+             complete_var: str | None = None, standalone_mode: bool = True, **extra: Any) -> int:
+        code = run_command(self, list(sys.argv[1:] if args is None else args), extra)
+        if standalone_mode:
+            sys.exit(code)
+        return code
 
 
-def verb_parsers(parser: argparse.ArgumentParser) -> dict[str, argparse.ArgumentParser]:
-    for action in parser._actions:
-        if isinstance(action, argparse._SubParsersAction):
-            return dict(action.choices)
-    return {}
+@click.group("edgeprune", cls=EdgepruneCommand, context_settings={"help_option_names": ["-h", "--help"],
+                                                                   "max_content_width": 120},
+             epilog=epilog(["edgeprune fit --device host --max-mb 30", "edgeprune fit --help"],
+                           EXIT_CODES) + f"\n\nEnvironment: {ENVIRONMENT}")
+@click.version_option(version("edgeprune"), "--version", prog_name="edgeprune")
+@click.option("--config", metavar="PATH", expose_value=False,
+              help="the project file (default: edgeprune.toml in the working folder): option defaults, flags win")
+@click.option(QUIET_FLAG, is_flag=True, expose_value=False, help="no progress on stderr, only errors and warnings "
+              "about the result (any verb, anywhere on the line)")
+@click.option(VERBOSE_FLAG, is_flag=True, expose_value=False, help="also show what the libraries underneath log "
+              "(transformers, torchao, ...), hidden by default (any verb, anywhere on the line)")
+@click.option(DEBUG_FLAG, is_flag=True, expose_value=False, help="on an error, show its traceback instead of one line")
+def cli() -> None:
+    """Prune attention heads, quantize, export and benchmark transformers until they fit an edge device.
+
+    Options may also come from edgeprune.toml in the working folder or --config PATH."""
 
 
-def parse_with_project_file(argv: list[str]) -> argparse.Namespace:
-    """Flags over the project file's values over the built-in defaults; every number is finite."""
-    from edgeprune.cli.config import defaults_for, read_project_file, split_config_flag, unknown_top_level_keys
-
-    explicit, argv = split_config_flag(argv)
-    parser = build_parser()
-    parsers = verb_parsers(parser)
-    path, data = read_project_file(explicit)
-    if path is not None:
-        unknown_top_level_keys(path, data, parsers)
-        for verb, subparser in parsers.items():
-            subparser.set_defaults(**defaults_for(verb, subparser, list(parsers), path, data))
-    args = parser.parse_args(argv)
-    flag = non_finite_flag(args, parsers.get(getattr(args, "verb", ""), parser))
-    if flag is not None:
-        raise UserInputError(f"{flag}: every number must be finite")
-    return args
+for command in (fit_command, score_command, prune_command, distill_command, quantize_command, export_command,
+                bench_command, devices_group):
+    cli.add_command(command)
 
 
-def split_debug_flag(argv: list[str]) -> tuple[bool, list[str]]:
-    """Take `--debug` out of the arguments, wherever it is."""
-    rest = [item for item in argv if item != DEBUG_FLAG]
-    return len(rest) != len(argv), rest
-
-
-def split_output_flags(argv: list[str]) -> tuple[bool, bool, list[str]]:
-    """Take `--quiet` and `--verbose` out of the arguments, wherever they are."""
-    rest = [item for item in argv if item not in (QUIET_FLAG, VERBOSE_FLAG)]
-    return QUIET_FLAG in argv, VERBOSE_FLAG in argv, rest
+def split_flags(argv: list[str]) -> tuple[bool, bool, bool, list[str]]:
+    """Take `--debug`, `--quiet` and `--verbose` out of the arguments, wherever they are."""
+    rest = [item for item in argv if item not in (DEBUG_FLAG, QUIET_FLAG, VERBOSE_FLAG)]
+    return DEBUG_FLAG in argv, QUIET_FLAG in argv, VERBOSE_FLAG in argv, rest
 
 
 def main(argv: Sequence[str] | None = None) -> int:
+    """Run one command line; the exit code (the `edgeprune` script exits with it)."""
+    return cli.main(list(sys.argv[1:] if argv is None else argv), standalone_mode=False)
+
+
+def parse_options(argv: Sequence[str]) -> dict[str, Any]:
+    """The options a command line gives its verb (flags over EDGEPRUNE_* over the project file over the defaults),
+    parsed but not run: `parse_options(["fit", "--max-mb", "30"])["max_mb"] == 30.0`."""
+    config, rest = split_config_flag(split_flags(list(argv))[3])
+    context = cli.make_context("edgeprune", [], default_map=project_defaults(cli, config), resilient_parsing=True)
+    command: click.Command = cli
+    while isinstance(command, click.Group):
+        name, rest = rest[0], rest[1:]
+        command = command.get_command(context, name) or cli.fail(f"no verb {name!r}")  # type: ignore[assignment]
+        group = isinstance(command, click.Group)
+        context = command.make_context(name, [] if group else list(rest), parent=context, resilient_parsing=group)
+    return dict(context.params)
+
+
+def run_command(group: click.Group, argv: list[str], extra: dict[str, Any]) -> int:
     from edgeprune.progress import VERBOSITY, quiet_third_party
 
-    debug, arguments = split_debug_flag(list(sys.argv[1:] if argv is None else argv))
+    debug, quiet, verbose, argv = split_flags(argv)
     before = (VERBOSITY.quiet, VERBOSITY.verbose)
-    VERBOSITY.quiet, VERBOSITY.verbose, arguments = split_output_flags(arguments)
-    quiet_third_party(VERBOSITY.verbose)
+    VERBOSITY.quiet, VERBOSITY.verbose = quiet, verbose
+    quiet_third_party(verbose)
     try:
-        return run_verb(arguments, debug, VERBOSITY.quiet)
+        return invoke(group, argv, debug, extra)
     finally:  # --quiet is this call's: a Python caller's later Progress objects print as before
         VERBOSITY.quiet, VERBOSITY.verbose = before
 
 
-def run_verb(arguments: list[str], debug: bool, quiet: bool) -> int:
+def invoke(group: click.Group, argv: list[str], debug: bool, extra: dict[str, Any]) -> int:
     """Parse and run one verb; every error becomes one line and its exit code (re-raised with --debug)."""
     try:
-        args = parse_with_project_file(arguments)
-        if quiet and hasattr(args, "quiet"):  # the verbs that read their own --quiet
-            args.quiet = True
-        return args.run(args)
+        config, argv = split_config_flag(argv)
+        extra = {"default_map": project_defaults(group, config), **extra}
+        # not click's own main: it would turn a Ctrl-C inside a verb (and its Interrupted, which says where the
+        # finished work is) into a bare Abort
+        with group.make_context("edgeprune", argv, **extra) as ctx:
+            code = group.invoke(ctx)
+        return code if isinstance(code, int) else 0
+    except click.exceptions.Exit as done:  # --help, --version
+        return done.exit_code
+    except click.exceptions.NoArgsIsHelpError as error:  # `edgeprune` or `edgeprune devices` alone: the help
+        sys.stderr.write(error.ctx.get_help() + "\n")
+        return EXIT_USAGE
+    except click.UsageError as error:
+        if debug:
+            raise
+        where = error.ctx.command_path if error.ctx is not None else "edgeprune"
+        sys.stderr.write(f"edgeprune: error: {one_line(error.format_message())} (see {where} --help)\n")
+        return EXIT_USAGE
+    except click.ClickException as error:
+        if debug:
+            raise
+        sys.stderr.write(f"edgeprune: error: {one_line(error.format_message())}\n")
+        return error.exit_code
     except EdgepruneError as error:
         if debug:
             raise
         sys.stderr.write(f"edgeprune: error: {one_line(error) or type(error).__name__}\n")
         return error.exit_code
-    except KeyboardInterrupt:
+    except (KeyboardInterrupt, click.Abort):  # a prompt's Ctrl-C is an Abort
         if debug:
             raise
         sys.stderr.write("edgeprune: interrupted; nothing was written to the output folder\n")

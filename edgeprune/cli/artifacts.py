@@ -1,70 +1,98 @@
 """`edgeprune quantize`, `export` and `bench`: recipes, runtime artifacts, and timing them where they run."""
 
-import argparse
 import json
 import math
 import sys
 from pathlib import Path
+from types import SimpleNamespace
 from typing import TYPE_CHECKING
+
+import click
 
 from edgeprune.cli.common import (
     EXIT_OK,
-    add_task_arguments,
+    as_args,
     check_output_file,
     check_output_folder,
+    epilog,
+    finite,
+    output_options,
     task_from,
+    task_options,
 )
-from edgeprune.cli.devices import add_connection_arguments, endpoint_from
+from edgeprune.cli.devices import connection_options, endpoint_from
 from edgeprune.errors import UserInputError
 from edgeprune.export import RUNTIMES
+from edgeprune.quantize import RECIPES
 
 if TYPE_CHECKING:
     from edgeprune.quantize import Recipe
     from edgeprune.tasks import Task
 
 
-def add_parsers(verbs: argparse._SubParsersAction) -> None:
-    quantize = verbs.add_parser("quantize", help="quantize the task's model with a recipe; save it for PyTorch")
-    add_task_arguments(quantize)
-    quantize.add_argument("--recipe", default="int8", help="an ExecuTorch recipe (LiteRT quantizes on export)")
-    quantize.add_argument("--out", type=Path, required=True,
-                          help="a .pt2 file: the quantized module as a torch.export program")
-    quantize.set_defaults(run=run_quantize)
-
-    export = verbs.add_parser("export", help="export the task's model for a runtime, verified against PyTorch")
-    add_task_arguments(export)
-    export.add_argument("--runtime", choices=RUNTIMES.names(), default="executorch")
-    export.add_argument("--recipe", help="quantization recipe (default: the runtime's fp32)")
-    export.add_argument("--out", type=Path, required=True, help="artifact file (.pte or .tflite)")
-    export.set_defaults(run=run_export)
-
-    bench = verbs.add_parser(
-        "bench", help="benchmark an artifact in a separate process on a device; save JSON and Markdown",
-        description="Inputs: shapes, dtypes and value ranges from the model.json beside the artifact (what fit "
-        "ships), else from the program's own input metadata; --task/--model/--data time it on the task's first "
-        "validation example instead.",
-        epilog="exit codes: 0 done, 2 bad input, 4 the artifact is empty, cut off or not of its runtime, "
-        "5 device unreachable, 6 a device command timed out")
-    add_task_arguments(bench)
-    bench.add_argument("artifact", type=Path)
-    bench.add_argument("--device", default="host", help="a device profile: its runtime, threads and connection")
-    bench.add_argument("--runtime", choices=RUNTIMES.names(), help="default: from the file type")
-    bench.add_argument("--threads", type=int, help="default: the device profile's")
-    bench.add_argument("--runs", type=int, default=30)
-    bench.add_argument("--warmup", type=int, default=5)
-    bench.add_argument("--binary", metavar="PATH", help="time with this native benchmark tool (benchmark_model "
-                       "for .tflite, executor_runner for .pte): a path on the device, or a local file to push")
-    bench.add_argument("--timeout-s", type=float, default=600.0, help="limit for the benchmark command (default 600)")
-    bench.add_argument("--out", type=Path, help="folder for the JSON and Markdown results (default: the artifact's)")
-    bench.add_argument("--json", action="store_true", help="print the result as JSON (default: the Markdown report)")
-    add_connection_arguments(bench)
-    bench.set_defaults(run=run_bench)
+@click.command("quantize", epilog=epilog(["edgeprune quantize --recipe int8-emb4 --out minilm-int8.pt2"],
+                                         "0 written; 2 bad input"))
+@task_options()
+@click.option("--recipe", default="int8", show_default=True,
+              type=click.Choice(RECIPES.names()),
+              help="an ExecuTorch recipe (LiteRT quantizes on export: `edgeprune export --runtime litert`)")
+@click.option("--out", type=click.Path(path_type=Path), required=True,
+              help="a .pt2 file: the quantized module as a torch.export program")
+@click.option("--json", is_flag=True, help="print what was written as JSON")
+@output_options
+def quantize_command(**values: object) -> int:
+    """Quantize the task's model with a recipe; save it for PyTorch."""
+    return run_quantize(as_args(values))
 
 
-def run_quantize(args: argparse.Namespace) -> int:
+@click.command("export", epilog=epilog(["edgeprune export --runtime litert --recipe litert-int8 --out minilm.tflite",
+                                       "edgeprune export --recipe int8 --out minilm.pte"],
+                                      "0 written and verified; 2 bad input; 4 the artifact disagrees with PyTorch"))
+@task_options()
+@click.option("--runtime", type=click.Choice(RUNTIMES.names()), default="executorch", show_default=True)
+@click.option("--recipe", type=click.Choice(RECIPES.names()), help="quantization recipe (default: the runtime's fp32)")
+@click.option("--out", type=click.Path(path_type=Path), required=True, help="artifact file (.pte or .tflite)")
+@click.option("--json", is_flag=True, help="the same JSON (the summary is always printed as JSON)")
+@output_options
+def export_command(**values: object) -> int:
+    """Export the task's model for a runtime, verified against PyTorch (summary beside it: OUT.json)."""
+    return run_export(as_args(values))
+
+
+@click.command("bench", epilog=epilog([
+    "edgeprune bench minilm.tflite --threads 2 --runs 40",
+    "edgeprune bench model.pte --device pi5 --ssh pi@raspberrypi.local --identity ~/.ssh/id_ed25519",
+    "edgeprune bench model.tflite --device android-arm64 --adb R58M12345 --binary /data/local/tmp/benchmark_model"],
+    "0 done; 2 bad input; 4 the artifact is empty, cut off or not of its runtime; 5 device unreachable; "
+    "6 a device command timed out"))
+@task_options()
+@click.argument("artifact", type=click.Path(path_type=Path))
+@click.option("--device", default="host", show_default=True, envvar="EDGEPRUNE_DEVICE",
+              help="a device profile: its runtime, threads and connection (env EDGEPRUNE_DEVICE)")
+@click.option("--runtime", type=click.Choice(RUNTIMES.names()), help="default: from the file type")
+@click.option("--threads", type=int, help="default: the device profile's")
+@click.option("--runs", type=int, default=30, show_default=True)
+@click.option("--warmup", type=int, default=5, show_default=True)
+@click.option("--binary", metavar="PATH", help="time with this native benchmark tool (benchmark_model for .tflite, "
+              "executor_runner for .pte): a path on the device, or a local file to push")
+@click.option("--timeout-s", type=finite, default=600.0, show_default=True, help="limit for the benchmark command")
+@click.option("--out", type=click.Path(path_type=Path), help="folder for the JSON and Markdown results (default: the "
+              "artifact's)")
+@click.option("--json", is_flag=True, help="print the result as JSON (default: the Markdown report)")
+@connection_options
+@output_options
+def bench_command(**values: object) -> int:
+    """Benchmark an artifact in a separate process on a device; save JSON and Markdown.
+
+    Inputs: shapes, dtypes and value ranges from the model.json beside the artifact (what fit ships), else from
+    the program's own input metadata; --task/--model/--data time it on the task's first validation example
+    instead."""
+    return run_bench(as_args(values))
+
+
+def run_quantize(args: SimpleNamespace) -> int:
     import torch
 
-    from edgeprune.quantize import RECIPES
     from edgeprune.serialization import write_json_atomic
 
     recipe = RECIPES.get(args.recipe)
@@ -82,8 +110,12 @@ def run_quantize(args: argparse.Namespace) -> int:
     partial = args.out.with_name(f".{args.out.name}.partial")
     torch.export.save(program, partial)
     partial.replace(args.out)
-    write_json_atomic(args.out.with_suffix(".json"), {"recipe": recipe.name, "task": task.describe()})
-    print(f"wrote {args.out} ({recipe.description}); run it with torch.export.load(path).module()")
+    summary = {"program": str(args.out), "recipe": recipe.name, "task": task.describe()}
+    write_json_atomic(args.out.with_suffix(".json"), summary)
+    if args.json:
+        print(json.dumps(summary, indent=2))
+    else:
+        print(f"wrote {args.out} ({recipe.description}); run it with torch.export.load(path).module()")
     return EXIT_OK
 
 
@@ -94,7 +126,7 @@ def _calibration(task: "Task", recipe: "Recipe") -> list | None:
     return task.example_inputs("calibration", CALIBRATION_EXAMPLES) if recipe.calibrated else None
 
 
-def run_export(args: argparse.Namespace) -> int:
+def run_export(args: SimpleNamespace) -> int:
     from edgeprune.export import export, load_artifact
     from edgeprune.quantize import FP32_RECIPE, recipe_for_runtime
     from edgeprune.serialization import write_json_atomic
@@ -124,7 +156,7 @@ def run_export(args: argparse.Namespace) -> int:
     return EXIT_OK
 
 
-def run_bench(args: argparse.Namespace) -> int:
+def run_bench(args: SimpleNamespace) -> int:
     from edgeprune.bench import benchmark_on
     from edgeprune.bench.report import render_bench_markdown
     from edgeprune.devices import load_profile
@@ -172,7 +204,7 @@ def run_bench(args: argparse.Namespace) -> int:
     return EXIT_OK
 
 
-def _bench_inputs(args: argparse.Namespace) -> "tuple[tuple, str]":
+def _bench_inputs(args: SimpleNamespace) -> "tuple[tuple, str]":
     """The task's first validation example when --task, --model or --data name one (checked against what the
     program takes), else inputs built from the artifact's model.json or its own metadata: no task loads."""
     from edgeprune.bench.inputs import artifact_inputs, check_inputs_fit

@@ -1,14 +1,15 @@
-"""Shared pieces of the verbs: the one-line-error parser, exit codes, argument types, JSON input."""
+"""Shared pieces of the verbs: exit codes, option types and groups, output checks, JSON input."""
 
-import argparse
 import json
 import math
 import os
-import sys
 import tempfile
 from collections.abc import Callable
 from pathlib import Path
+from types import SimpleNamespace
 from typing import Any, TypeVar
+
+import click
 
 from edgeprune.errors import UserInputError
 
@@ -16,55 +17,56 @@ EXIT_OK, EXIT_USAGE, EXIT_BUDGET = 0, 2, 3
 T = TypeVar("T")
 
 
-class Parser(argparse.ArgumentParser):
-    def error(self, message: str) -> None:  # one line, exit 2, no usage dump
-        sys.stderr.write(f"edgeprune: error: {message} (see edgeprune {self.prog.split()[-1]} --help)\n")
-        raise SystemExit(EXIT_USAGE)
+class Parsed(click.ParamType):
+    """A click type from a parse function that raises ValueError with a message for the user.
+
+    Values that are not text (a default, a TOML number or list from the project file) are read as their text, so
+    every source of a value is checked by the same function."""
+
+    def __init__(self, parse: Callable[[str], Any], name: str) -> None:
+        self.parse, self.name = parse, name
+
+    def convert(self, value: Any, param: click.Parameter | None, ctx: click.Context | None) -> Any:
+        if isinstance(value, list | tuple):
+            value = ",".join(map(str, value))
+        try:
+            return self.parse(str(value))
+        except ValueError as error:
+            self.fail(str(error), param, ctx)
 
 
-class RepeatedFlag(argparse._AppendAction):
-    """A flag that may be repeated (`--device pi5 --device pi4`): the command line's values replace a list the
-    project file gave, instead of being appended to it as argparse's own `append` does."""
-
-    def __call__(self, parser: argparse.ArgumentParser, namespace: argparse.Namespace, values: object,
-                 option_string: str | None = None) -> None:
-        given = namespace.__dict__.setdefault("flags_given", set())
-        if self.dest not in given:
-            given.add(self.dest)
-            setattr(namespace, self.dest, [])
-        super().__call__(parser, namespace, values, option_string)
-
-
-def positive(unit: str, example: str) -> Callable[[str], float]:
-    """An argument type for a positive, finite number of `unit`."""
+def positive(unit: str, example: str) -> Parsed:
+    """A positive, finite number of `unit`."""
     def parse(text: str) -> float:
         try:
             value = float(text)
         except ValueError:
-            raise argparse.ArgumentTypeError(f"{text!r} is not a number of {unit}, e.g. {example}") from None
+            raise ValueError(f"{text!r} is not a number of {unit}, e.g. {example}") from None
         if not math.isfinite(value) or value <= 0:
-            raise argparse.ArgumentTypeError(f"{text!r} must be a positive number of {unit}, e.g. {example}")
+            raise ValueError(f"{text!r} must be a positive number of {unit}, e.g. {example}")
         return value
 
-    parse.__name__ = f"positive {unit}"
-    return parse
+    return Parsed(parse, unit)
 
 
 positive_mb = positive("megabytes", "30")
 
 
-def finite(text: str) -> float:
-    """An argument type for any finite number (nan, inf and numbers beyond a double are refused)."""
+def parse_finite(text: str) -> float:
+    """Any finite number (nan, inf and numbers beyond a double are refused)."""
     try:
         value = float(text)
     except ValueError:
-        raise argparse.ArgumentTypeError(f"{text!r} is not a number") from None
+        raise ValueError(f"{text!r} is not a number") from None
     if not math.isfinite(value):
-        raise argparse.ArgumentTypeError(f"{text!r} must be a finite number")
+        raise ValueError(f"{text!r} must be a finite number")
     return value
 
 
-def min_quality(text: str) -> float | str:
+finite = Parsed(parse_finite, "number")
+
+
+def parse_min_quality(text: str) -> float | str:
     """An absolute floor in the task's metric (0.95) or a drop relative to the dense teacher (-1%)."""
     stripped = text.strip()
     if stripped.endswith("%"):
@@ -73,40 +75,64 @@ def min_quality(text: str) -> float | str:
         except ValueError:
             drop = math.nan
         if not math.isfinite(drop) or not 0 <= -drop <= 100:
-            raise argparse.ArgumentTypeError(f"{text!r} must be a relative drop from 0% to -100%, like -1%")
+            raise ValueError(f"{text!r} must be a relative drop from 0% to -100%, like -1%")
         return stripped
     try:
-        return finite(stripped)
-    except argparse.ArgumentTypeError:
-        raise argparse.ArgumentTypeError(f"{text!r} must be a finite number like 0.95 or a relative drop like "
-                                         "-1%") from None
+        return parse_finite(stripped)
+    except ValueError:
+        raise ValueError(f"{text!r} must be a finite number like 0.95 or a relative drop like -1%") from None
 
 
-def number_list(kind: type, example: str) -> Callable[[str], tuple]:
-    """An argument type for comma-separated finite numbers, e.g. 0,0.25,0.5."""
+min_quality = Parsed(parse_min_quality, "quality")
+
+
+def number_list(kind: type, example: str) -> Parsed:
+    """Comma-separated finite numbers, e.g. 0,0.25,0.5."""
     def parse(text: str) -> tuple:
         try:
             values = tuple(kind(part) for part in text.split(",") if part.strip())
         except ValueError:
-            raise argparse.ArgumentTypeError(f"{text!r} is not a comma-separated list of numbers, e.g. "
-                                             f"{example}") from None
+            raise ValueError(f"{text!r} is not a comma-separated list of numbers, e.g. {example}") from None
         if not values or not all(math.isfinite(value) for value in values):
-            raise argparse.ArgumentTypeError(f"{text!r} must list finite numbers, e.g. {example}")
+            raise ValueError(f"{text!r} must list finite numbers, e.g. {example}")
         return values
 
-    parse.__name__ = "list"
-    return parse
+    return Parsed(parse, "list")
 
 
-def non_finite_flag(args: argparse.Namespace, parser: argparse.ArgumentParser) -> str | None:
-    """The first option whose parsed value is a number that is not finite (nan, inf), as `--flag value`."""
-    flags = {a.dest: a.option_strings[-1] for a in parser._actions if a.option_strings}
-    for dest, value in vars(args).items():
-        values = value if isinstance(value, list | tuple) else [value]
-        for item in values:
-            if isinstance(item, float) and not math.isfinite(item):
-                return f"{flags.get(dest, dest)} {item}"
-    return None
+def options(*decorators: Callable) -> Callable:
+    """Several click options as one decorator, in the order they are listed (help shows them so)."""
+    def apply(command: Callable) -> Callable:
+        for decorator in reversed(decorators):
+            command = decorator(command)
+        return command
+
+    return apply
+
+
+# Taken out of the arguments before click parses them (edgeprune.cli.main), so that they work before or after the
+# verb; declared on every verb only so that its --help lists them.
+output_options = options(
+    click.option("--quiet", is_flag=True, expose_value=False, help="no progress on stderr, only errors and warnings "
+                 "about the result"),
+    click.option("--verbose", is_flag=True, expose_value=False, help="also show what the libraries underneath log "
+                 "(transformers, torchao, ...)"),
+    click.option("--debug", is_flag=True, expose_value=False, help="on an error, show its traceback instead of one "
+                 "line"),
+)
+
+
+def as_args(values: dict[str, Any]) -> SimpleNamespace:
+    """A verb's parsed options as attributes, with the global --quiet (taken out before click parses)."""
+    from edgeprune.progress import VERBOSITY
+
+    return SimpleNamespace(**values, quiet=VERBOSITY.quiet)
+
+
+def epilog(examples: list[str], exit_codes: str) -> str:
+    """A help epilog that click prints as written: examples, then the verb's exit codes."""
+    lines = "\n".join(f"  {example}" for example in examples)
+    return f"\b\nExamples:\n{lines}\n\nExit codes: {exit_codes}"
 
 
 def one_line(text: object) -> str:
@@ -114,24 +140,31 @@ def one_line(text: object) -> str:
     return " | ".join(line.strip() for line in str(text).splitlines() if line.strip())
 
 
-def add_task_arguments(parser: argparse.ArgumentParser, model_help: str | None = None) -> None:
-    parser.add_argument("--task", help="a task kind with --data (classification, embedding, causal-lm, "
-                        "image-classification; default: classification) or a bundled task (default: minilm-bbc)")
-    parser.add_argument("--model", type=Path, help=model_help or "a Hugging Face model folder (default: the bundled "
-                        "MiniLM)")
-    parser.add_argument("--data", type=Path, help="your data: a CSV or JSONL file, or a folder with one sub-folder "
-                        "of .txt or image files per label")
-    parser.add_argument("--data-format", help="csv, jsonl, text-folder or image-folder (default: from the path)")
-    parser.add_argument("--text-column", default="text", help="CSV/JSONL column holding the text (default: text)")
-    parser.add_argument("--label-column", default="label", help="CSV/JSONL column holding the label (default: label)")
-    parser.add_argument("--head", default="auto", choices=["auto", "model", "fit"],
-                        help="classification head: the model's own (model), a linear head fitted on the encoder "
-                        "(fit), or the model's own when it has one (auto)")
-    parser.add_argument("--split", type=split_ratios, help="calibration,validation,test ratios (default: "
-                        "0.55,0.15,0.30)")
-    parser.add_argument("--seed", type=int, default=0, help="seed of the data split (default: 0)")
-    parser.add_argument("--max-length", type=int, default=128, help="tokens per input (default: 128)")
-    parser.add_argument("--quiet", action="store_true", help="no progress on stderr")
+def task_options(model_help: str | None = None) -> Callable:
+    """The options that say which model and data a verb works on (the bundled task by default)."""
+    from edgeprune.data import FORMATS
+    from edgeprune.tasks import BUNDLED_TASKS, TASKS
+
+    kinds = ", ".join(TASKS.names())
+    return options(
+        click.option("--task", help=f"a task kind with --data ({kinds}; default: classification) or a bundled task "
+                     f"(default: {BUNDLED_TASKS[0]})"),
+        click.option("--model", type=click.Path(path_type=Path), help=model_help or "a Hugging Face model folder, or "
+                     "a model id in the local Hugging Face cache (default: the bundled MiniLM)"),
+        click.option("--data", type=click.Path(path_type=Path), help="your data: a CSV or JSONL file, a folder with "
+                     "one sub-folder of .txt or image files per label, or a datasets save_to_disk folder"),
+        click.option("--data-format", type=click.Choice(FORMATS.names()), help="the data's format (default: told "
+                     "from the path)"),
+        click.option("--text-column", default="text", show_default=True, help="CSV/JSONL column holding the text"),
+        click.option("--label-column", default="label", show_default=True, help="CSV/JSONL column holding the label"),
+        click.option("--head", default="auto", show_default=True, type=click.Choice(["auto", "model", "fit"]),
+                     help="classification head: the model's own (model), a linear head fitted on the encoder (fit), "
+                     "or the model's own when it has one (auto)"),
+        click.option("--split", type=Parsed(split_ratios, "ratios"), help="calibration,validation,test ratios "
+                     "(default: 0.55,0.15,0.30)"),
+        click.option("--seed", type=int, default=0, show_default=True, help="seed of the data split"),
+        click.option("--max-length", type=int, default=128, show_default=True, help="tokens per input"),
+    )
 
 
 def check_output_file(path: Path, flag: str = "--out") -> None:
@@ -182,20 +215,17 @@ def _probe(folder: Path, flag: str, path: Path) -> None:
 def split_ratios(text: str):  # noqa: ANN201 - a SplitRatios
     from edgeprune.data import SplitRatios
 
-    try:
-        return SplitRatios.parse(text)
-    except UserInputError as error:
-        raise argparse.ArgumentTypeError(str(error)) from None
+    return SplitRatios.parse(text)  # a UserInputError is a ValueError: Parsed reports it as click does
 
 
-def task_from(args: argparse.Namespace):  # noqa: ANN201 - a Task
+def task_from(args: SimpleNamespace):  # noqa: ANN201 - a Task
     """The task the arguments describe: the bundled one, or the team's model and data, with its inputs checked."""
     task = build_task(args)
     task.check_inputs()  # data, labels and tokenizer: bad input fails here, before any model is loaded
     return task
 
 
-def build_task(args: argparse.Namespace):  # noqa: ANN201 - a Task
+def build_task(args: SimpleNamespace):  # noqa: ANN201 - a Task
     from edgeprune.data import SplitRatios
     from edgeprune.models.hub import model_folder
     from edgeprune.progress import Progress

@@ -4,11 +4,11 @@ Top-level keys apply to every verb that has the option; a `[fit]` (or `[score]`,
 verb. Keys are option names with `_` or `-` (`max_mb`, `text-column`); paths are relative to the file.
 """
 
-import argparse
-import math
 import tomllib
 from pathlib import Path
 from typing import Any
+
+import click
 
 from edgeprune.data.base import read_text
 from edgeprune.errors import UserInputError
@@ -49,50 +49,99 @@ def read_project_file(explicit: Path | None, cwd: Path | None = None) -> tuple[P
         raise UserInputError(f"project file {path} is not valid TOML: {error}") from None
 
 
-def defaults_for(verb: str, subparser: argparse.ArgumentParser, verbs: list[str], path: Path,
-                 data: dict[str, Any]) -> dict[str, Any]:
-    """Option defaults for `verb` from the project file, converted and checked like the flags."""
-    actions = {a.dest: a for a in subparser._actions if a.option_strings and a.dest != "help"}
-    # paired flags such as --trim-vocab / --no-trim-vocab share a destination: the key names the flag
-    actions.update({_dest(option[2:]): a for a in subparser._actions for option in a.option_strings
-                    if type(a) is argparse._StoreConstAction and option.startswith("--")})
-    defaults: dict[str, Any] = {}
-    for key, value in data.items():
-        if isinstance(value, dict):
-            if key not in verbs:
-                raise UserInputError(f"{path}: [{key}] is not a verb; tables may be one of: {', '.join(verbs)}")
-            if key == verb:
-                for inner, inner_value in value.items():
-                    if verb == "fit" and inner == "budgets":  # [fit.budgets.DEVICE]: one device's own limits
-                        defaults["device_budgets"] = _device_budgets(path, actions, inner_value)
-                        continue
-                    inner = "device" if verb == "fit" and inner == "fleet" else inner
-                    target = actions[_dest(inner)].dest if _dest(inner) in actions else _dest(inner)
-                    defaults[target] = _convert(path, f"{key}.{inner}", actions, _dest(inner), inner_value,
-                                                required=True)
-            continue
-        if key == "fleet" and verb != "fit":
-            continue
-        dest = "device" if key == "fleet" else _dest(key)  # fleet = ["pi5", "pi4"]: fit's --device repeated
-        if dest in actions:
-            defaults[actions[dest].dest] = _convert(path, key, actions, dest, value, required=False)
-    return defaults
-
-
-def unknown_top_level_keys(path: Path, data: dict[str, Any], parsers: dict[str, argparse.ArgumentParser]) -> None:
-    known = {a.dest for p in parsers.values() for a in p._actions if a.option_strings and a.dest != "help"}
-    known |= {_dest(o[2:]) for p in parsers.values() for a in p._actions for o in a.option_strings if o[:2] == "--"}
-    known.add("fleet")
-    for key, value in data.items():
-        if not isinstance(value, dict) and _dest(key) not in known:
-            raise UserInputError(f"{path}: unknown key {key!r}; keys are the long options of the verbs, e.g. "
-                                 f"{', '.join(sorted(known)[:12])}, ...")
-
-
 BUDGET_KEYS = ("max_mb", "max_memory_mb", "max_latency_ms", "max_energy_mj", "min_quality")
 
 
-def _device_budgets(path: Path, actions: dict[str, argparse.Action], tables: Any) -> dict[str, dict[str, Any]]:
+def project_defaults(group: click.Group, explicit: Path | None) -> dict[str, Any]:
+    """click's default_map from the project file: {verb: {option: value}}, a group's verbs nested under it.
+
+    Every value is checked as its flag would be (one line naming the file and key when it is not); flags and
+    EDGEPRUNE_* variables still win over it, as click gives them precedence over default_map."""
+    path, data = read_project_file(explicit)
+    if path is None:
+        return {}
+    verbs = leaf_commands(group)
+    tables = {name.split()[0] for name in verbs}
+    known = {key for command in verbs.values() for key in option_keys(command)} | {"fleet"}
+    for key, value in data.items():
+        if isinstance(value, dict):
+            if key not in tables:
+                raise UserInputError(f"{path}: [{key}] is not a verb; tables may be one of: "
+                                     f"{', '.join(sorted(tables))}")
+        elif _dest(key) not in known:
+            raise UserInputError(f"{path}: unknown key {key!r}; keys are the long options of the verbs, e.g. "
+                                 f"{', '.join(sorted(known)[:12])}, ...")
+    default_map: dict[str, Any] = {}
+    for name, command in verbs.items():
+        table = data.get(name.split()[0], {})
+        values = {**_top_level(path, command, name, data), **_table(path, command, name, table)}
+        if values:
+            target = default_map
+            for part in name.split()[:-1]:
+                target = target.setdefault(part, {})
+            target[name.split()[-1]] = values
+    return default_map
+
+
+def leaf_commands(group: click.Group, prefix: str = "") -> dict[str, click.Command]:
+    """Every verb that runs, by its path under `edgeprune` ("fit", "devices check")."""
+    found: dict[str, click.Command] = {}
+    for name, command in group.commands.items():
+        if isinstance(command, click.Group):
+            found.update(leaf_commands(command, f"{prefix}{name} "))
+        else:
+            found[f"{prefix}{name}"] = command
+    return found
+
+
+def option_keys(command: click.Command) -> dict[str, tuple[click.Option, bool]]:
+    """A verb's options by project-file key (the long flag with `_`): the option, and whether the key is a paired
+    flag's negative (`no_trim_vocab = true` means trim_vocab false)."""
+    keys: dict[str, tuple[click.Option, bool]] = {}
+    for param in command.params:
+        if not isinstance(param, click.Option) or not param.expose_value:
+            continue
+        keys[param.name] = (param, False)
+        keys.update({_dest(flag.lstrip("-")): (param, False) for flag in param.opts if flag.startswith("--")})
+        keys.update({_dest(flag.lstrip("-")): (param, True) for flag in param.secondary_opts})
+    return keys
+
+
+def _top_level(path: Path, command: click.Command, verb: str, data: dict[str, Any]) -> dict[str, Any]:
+    """Top-level keys apply to every verb that has the option (`fleet` is fit's --device repeated)."""
+    keys = option_keys(command)
+    values = {}
+    for key, value in data.items():
+        if isinstance(value, dict):
+            continue
+        dest = "device" if key == "fleet" and verb == "fit" else _dest(key)
+        if dest in keys and not (key == "fleet" and verb != "fit"):
+            param, negative = keys[dest]
+            values[param.name] = _convert(path, key, param, negative, value)
+    return values
+
+
+def _table(path: Path, command: click.Command, verb: str, table: dict[str, Any]) -> dict[str, Any]:
+    """A [verb] table's keys: each must be an option of that verb (of one of them, for a group's table)."""
+    keys = option_keys(command)
+    values: dict[str, Any] = {}
+    table_name = verb.split()[0]
+    for key, value in table.items():
+        if verb == "fit" and key == "budgets":  # [fit.budgets.DEVICE]: one device's own limits
+            values["device_budgets"] = _device_budgets(path, keys, value)
+            continue
+        dest = "device" if verb == "fit" and key == "fleet" else _dest(key)
+        if dest not in keys:
+            if table_name != verb:  # [devices]: a key of another of the group's verbs
+                continue
+            raise UserInputError(f"{path}: {table_name}.{key} is not an option of this verb; options: "
+                                 f"{', '.join(sorted(k for k, (p, neg) in keys.items() if k == p.name))}")
+        param, negative = keys[dest]
+        values[param.name] = _convert(path, f"{table_name}.{key}", param, negative, value)
+    return values
+
+
+def _device_budgets(path: Path, keys: dict[str, tuple[click.Option, bool]], tables: Any) -> dict[str, dict]:
     """[fit.budgets.pi4] max_mb = 30, ...: per device, limits converted and checked like the flags."""
     if not isinstance(tables, dict) or not all(isinstance(v, dict) for v in tables.values()):
         raise UserInputError(f"{path}: fit.budgets holds one table per device, e.g. [fit.budgets.pi4] max_mb = 30")
@@ -103,8 +152,9 @@ def _device_budgets(path: Path, actions: dict[str, argparse.Action], tables: Any
             if _dest(key) not in BUDGET_KEYS:
                 raise UserInputError(f"{path}: fit.budgets.{device}.{key} is not a budget; budgets: "
                                      f"{', '.join(BUDGET_KEYS)}")
-            budgets[device][_dest(key)] = _convert(path, f"fit.budgets.{device}.{key}", actions, _dest(key), value,
-                                                   required=True)
+            param = keys[_dest(key)][0]
+            budgets[device][_dest(key)] = param.type.convert(
+                _convert(path, f"fit.budgets.{device}.{key}", param, False, value), param, None)
     return budgets
 
 
@@ -112,42 +162,31 @@ def _dest(key: str) -> str:
     return key.replace("-", "_")
 
 
-def _convert(path: Path, key: str, actions: dict[str, argparse.Action], dest: str, value: Any,
-             required: bool) -> Any:
-    action = actions.get(dest)
-    if action is None:
-        if required:
-            raise UserInputError(f"{path}: {key} is not an option of this verb; options: "
-                                 f"{', '.join(sorted(actions))}")
-        return value
-    if isinstance(action, argparse._StoreTrueAction):
+def _convert(path: Path, key: str, param: click.Option, negative: bool, value: Any) -> Any:
+    """The value as click will read it from default_map, checked now so that an error names the file and key."""
+    if param.is_flag and param.is_bool_flag:
         if not isinstance(value, bool):
             raise UserInputError(f"{path}: {key} must be true or false, got {value!r}")
-        return value
-    if type(action) is argparse._StoreConstAction:  # one of a pair: trim-vocab = true / false
-        if not isinstance(value, bool):
-            raise UserInputError(f"{path}: {key} must be true or false, got {value!r}")
-        return action.const if value else (not action.const if isinstance(action.const, bool) else action.default)
-    if isinstance(action, argparse._AppendAction):
-        values = value if isinstance(value, list) else [value]
-        return [_typed(path, key, action, item) for item in values]
-    return _typed(path, key, action, value)
+        return not value if negative else value
+    if param.multiple:
+        return [_checked(path, key, param, item) for item in (value if isinstance(value, list) else [value])]
+    number_list = getattr(param.type, "name", "") == "list"  # --ffn-fractions: "0,0.5" or [0, 0.5]
+    if number_list and isinstance(value, list) and all(isinstance(item, int | float) for item in value):
+        value = ",".join(map(str, value))
+    return _checked(path, key, param, value)
 
 
-def _typed(path: Path, key: str, action: argparse.Action, value: Any) -> Any:
+def _checked(path: Path, key: str, param: click.Option, value: Any) -> Any:
     if isinstance(value, dict | list):
         raise UserInputError(f"{path}: {key} must be a single value, got {value!r}")
+    if isinstance(value, bool):  # TOML true for a text option: not a value it takes
+        raise UserInputError(f"{path}: {key} = {value!r} is not valid: it takes a value, not true/false")
     text = str(value)
-    if action.type is Path:
-        resolved = Path(text).expanduser()
-        return resolved if resolved.is_absolute() else path.parent / resolved
+    if isinstance(param.type, click.Path):
+        resolved = Path(text).expanduser()  # relative to the project file, not the working folder
+        return str(resolved if resolved.is_absolute() else path.parent / resolved)
     try:
-        converted = action.type(text) if action.type is not None else text
-    except (argparse.ArgumentTypeError, ValueError) as error:
-        raise UserInputError(f"{path}: {key} = {value!r} is not valid: {error}") from None
-    numbers = converted if isinstance(converted, tuple) else (converted,)
-    if any(isinstance(number, float) and not math.isfinite(number) for number in numbers):
-        raise UserInputError(f"{path}: {key} = {value!r}; every number must be finite")
-    if action.choices is not None and converted not in action.choices:
-        raise UserInputError(f"{path}: {key} = {value!r}; choose from: {', '.join(map(str, action.choices))}")
-    return converted
+        param.type.convert(text, param, None)
+    except click.BadParameter as error:
+        raise UserInputError(f"{path}: {key} = {value!r} is not valid: {error.format_message()}") from None
+    return text

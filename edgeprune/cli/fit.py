@@ -1,93 +1,116 @@
 """`edgeprune fit`: prune, quantize, export and benchmark until the artifact meets every budget of the device."""
 
-import argparse
 import contextlib
 import dataclasses
 import json
 from pathlib import Path
+from types import SimpleNamespace
+
+import click
 
 from edgeprune.cli.common import (
     EXIT_BUDGET,
     EXIT_OK,
-    RepeatedFlag,
-    add_task_arguments,
+    as_args,
     check_output_folder,
+    epilog,
+    finite,
     min_quality,
     number_list,
+    options,
+    output_options,
     positive,
     positive_mb,
     task_from,
+    task_options,
 )
-from edgeprune.cli.devices import add_connection_arguments, endpoint_from
+from edgeprune.cli.devices import connection_options, endpoint_from
 from edgeprune.errors import UserInputError
 from edgeprune.export import RUNTIMES
+from edgeprune.importance import CRITERIA
 from edgeprune.quantize import RECIPES
 
-
-def add_parsers(verbs: argparse._SubParsersAction) -> None:
-    fit = verbs.add_parser("fit", help="prune, quantize, export and benchmark until the artifact meets the budgets")
-    fit.add_argument("--device", action=RepeatedFlag, help="device profile name or path to a .toml (default: host); "
-                     "repeat for a fleet: one fit per device, the device-independent work done once, "
-                     "a folder per device and fleet.html (`fleet = [...]` and [fit.budgets.DEVICE] in edgeprune.toml)")
-    add_connection_arguments(fit)
-    budgets = fit.add_argument_group("budgets (default: the device profile's; flags override)")
-    budgets.add_argument("--max-mb", type=positive_mb, help="artifact file size in MB")
-    budgets.add_argument("--max-memory-mb", type=positive("megabytes", "512"),
-                         help="peak memory of the running artifact in MB")
-    budgets.add_argument("--max-latency-ms", type=positive("milliseconds", "40"),
-                         help="latency per inference (batch 1) in ms")
-    budgets.add_argument("--latency-percentile", type=int, choices=[50, 90, 99], default=50,
-                         help="which latency percentile the budget limits (default: 50)")
-    budgets.add_argument("--max-energy-mj", type=positive("millijoules", "200"), help="energy per inference in mJ")
-    budgets.add_argument("--min-quality", type=min_quality,
-                         help="quality floor in the task's metric (e.g. 0.95) or relative to the dense model (-1%%)")
-    add_task_arguments(fit)
-    fit.add_argument("--out", type=Path, help="output folder (default: a new folder under runs/)")
-    fit.add_argument("--resume", type=Path, metavar="DIR", help="continue an interrupted fit into DIR")
-    fit.add_argument("--runtime", choices=RUNTIMES.names(), help="default: the device profile's runtime")
-    fit.add_argument("--recipe", action=RepeatedFlag, help="quantization recipe to use (repeat for a ladder; default: "
-                     f"the runtime's ladder, highest fidelity first): {', '.join(RECIPES.names())}")
-    vocabulary = fit.add_mutually_exclusive_group()
-    vocabulary.add_argument("--trim-vocab", dest="trim_vocab", action="store_const", const=True,
-                            help="always keep only the embedding rows of tokens the task's data uses (ships "
-                            "vocabulary.json); default: the search tries both")
-    vocabulary.add_argument("--no-trim-vocab", dest="trim_vocab", action="store_const", const=False,
-                            help="never trim the vocabulary")
-    fit.add_argument("--ffn-fractions", type=number_list(float, "0,0.25,0.5"), default=(0.0, 0.25, 0.5),
-                     metavar="F,F", help="FFN neuron fractions the search may remove per layer (default: 0,0.25,0.5; "
-                     "0 turns FFN removal off)")
-    fit.add_argument("--layer-removals", type=number_list(int, "0,1,2"), default=(0, 1, 2), metavar="N,N",
-                     help="numbers of whole layers the search may remove (default: 0,1,2; 0 turns it off)")
-    fit.add_argument("--quality-tolerance", type=float, metavar="Q",
-                     help="validation qualities this close are a tie, won by the less compressed candidate "
-                     "(default: one standard error of the dense model's validation accuracy; 0 for other metrics)")
-    fit.add_argument("--require-device", action="store_true",
-                     help="exit 5 when the device is unreachable instead of fitting on estimated figures")
-    fit.add_argument("--criterion", default="fluctuation", help="head importance criterion (default: fluctuation)")
-    fit.add_argument("--normalize", choices=["none", "l2", "zscore"], default="none",
-                     help="per-layer normalization of the scores (default: none)")
-    fit.add_argument("--no-compensation", action="store_true",
-                     help="remove heads outright instead of folding their mean outputs into the output bias")
-    fit.add_argument("--scoring-examples", type=int, default=256, help="calibration examples for scoring")
-    fit.add_argument("--recover-steps", type=int, default=0,
-                     help="distil each pruned candidate from the dense teacher for N steps (default: 0, off)")
-    fit.add_argument("--json", action="store_true", help="print result.json to stdout")
-    lab = fit.add_argument_group("a lab on Ray (pip install 'edgeprune[cluster]')")
-    lab.add_argument("--boards", type=Path, metavar="TOML", help="the lab's boards ([[board]]: name, profile, "
-                     "connection, node_resource); a device with boards here is benchmarked on them, one artifact at "
-                     "a time per board, another board of its profile taking over from one that stops answering")
-    lab.add_argument("--ray", metavar="ADDRESS", help="run on this Ray cluster (its head's HOST:PORT, or auto to "
-                     "start one on this machine; default with --boards: $RAY_ADDRESS): the boards' actors, and the "
-                     "exports of the candidates ranked next, started on its workers while one is measured")
-    lab.add_argument("--exports-ahead", type=int, default=2, metavar="N",
-                     help="with --ray: how many exports may run ahead on the cluster (default: 2; 0: none)")
-
-    fit.set_defaults(run=run_fit, device_budgets={})
+EXIT_CODES = ("0 every budget met; 2 bad input; 3 the budgets cannot be met (the closest candidate is still "
+              "written); 4 an artifact failed verification; 5 the device is unreachable with --require-device; "
+              "130 Ctrl-C (finished work kept for --resume)")
 
 
-def run_fit(args: argparse.Namespace) -> int:
+@click.command("fit", epilog=epilog([
+    "edgeprune fit --device host --max-mb 30",
+    "edgeprune fit --device pi5 --ssh pi@raspberrypi.local --max-mb 25 --max-latency-ms 40",
+    "edgeprune fit --model my-bert/ --task classification --data reviews.csv --max-mb 25",
+    "edgeprune fit --device pi5 --device pi4 --max-mb 40      # a fleet: OUT/pi5/, OUT/pi4/, fleet.html",
+    "edgeprune fit --max-mb 12 --resume runs/fit-20261201-101500"], EXIT_CODES))
+@click.option("--device", multiple=True, envvar="EDGEPRUNE_DEVICE", help="device profile name or path to a .toml "
+              "(default: host; env EDGEPRUNE_DEVICE); repeat for a fleet: one fit per device, the device-independent "
+              "work done once, a folder per device and fleet.html (`fleet = [...]` and [fit.budgets.DEVICE] in "
+              "edgeprune.toml)")
+@connection_options
+@options(
+    click.option("--max-mb", type=positive_mb, help="budget: artifact file size in MB (default: the profile's)"),
+    click.option("--max-memory-mb", type=positive("megabytes", "512"),
+                 help="budget: peak memory of the running artifact in MB"),
+    click.option("--max-latency-ms", type=positive("milliseconds", "40"),
+                 help="budget: latency per inference (batch 1) in ms"),
+    click.option("--latency-percentile", type=click.Choice(["50", "90", "99"]), default="50", show_default=True,
+                 help="which latency percentile the budget limits"),
+    click.option("--max-energy-mj", type=positive("millijoules", "200"), help="budget: energy per inference in mJ"),
+    click.option("--min-quality", type=min_quality,
+                 help="quality floor in the task's metric (e.g. 0.95) or relative to the dense model (-1%)"),
+)
+@task_options()
+@options(
+    click.option("--out", type=click.Path(path_type=Path), help="output folder (default: a new folder under "
+                 "$EDGEPRUNE_RUNS, else runs/)"),
+    click.option("--resume", type=click.Path(path_type=Path), metavar="DIR",
+                 help="continue an interrupted fit into DIR"),
+    click.option("--runtime", type=click.Choice(RUNTIMES.names()), help="default: the device profile's runtime"),
+    click.option("--recipe", multiple=True, type=click.Choice(RECIPES.names()), help="quantization recipe to use "
+                 "(repeat for a ladder; default: the runtime's ladder, highest fidelity first)"),
+    click.option("--trim-vocab/--no-trim-vocab", default=None, help="always / never keep only the embedding rows "
+                 "of tokens the task's data uses (ships vocabulary.json); default: the search tries both"),
+    click.option("--ffn-fractions", type=number_list(float, "0,0.25,0.5"), default="0,0.25,0.5", show_default=True,
+                 metavar="F,F", help="FFN neuron fractions the search may remove per layer (0 turns it off)"),
+    click.option("--layer-removals", type=number_list(int, "0,1,2"), default="0,1,2", show_default=True,
+                 metavar="N,N", help="numbers of whole layers the search may remove (0 turns it off)"),
+    click.option("--quality-tolerance", type=finite, metavar="Q",
+                 help="validation qualities this close are a tie, won by the less compressed candidate "
+                 "(default: one standard error of the dense model's validation accuracy; 0 for other metrics)"),
+    click.option("--require-device", is_flag=True,
+                 help="exit 5 when the device is unreachable instead of fitting on estimated figures"),
+    click.option("--criterion", type=click.Choice(CRITERIA.names()), default="fluctuation", show_default=True,
+                 help="head importance criterion"),
+    click.option("--normalize", type=click.Choice(["none", "l2", "zscore"]), default="none", show_default=True,
+                 help="per-layer normalization of the scores"),
+    click.option("--no-compensation", is_flag=True,
+                 help="remove heads outright instead of folding their mean outputs into the output bias"),
+    click.option("--scoring-examples", type=int, default=256, show_default=True,
+                 help="calibration examples for scoring"),
+    click.option("--recover-steps", type=int, default=0, show_default=True,
+                 help="distil each pruned candidate from the dense teacher for N steps (0: off)"),
+    click.option("--json", is_flag=True, help="print result.json (a fleet: fleet.json) to stdout"),
+    click.option("--boards", type=click.Path(path_type=Path), metavar="TOML", help="a lab on Ray (pip install "
+                 "'edgeprune[cluster]'): the lab's boards ([[board]]: name, profile, connection, node_resource); a "
+                 "device with boards here is benchmarked on them, one artifact at a time per board, another board of "
+                 "its profile taking over from one that stops answering"),
+    click.option("--ray", metavar="ADDRESS", help="run on this Ray cluster (its head's HOST:PORT, or auto to start "
+                 "one on this machine; default with --boards: $RAY_ADDRESS): the boards' actors, and the exports of "
+                 "the candidates ranked next, started on its workers while one is measured"),
+    click.option("--exports-ahead", type=int, default=2, show_default=True, metavar="N",
+                 help="with --ray: how many exports may run ahead on the cluster (0: none)"),
+)
+@output_options
+@click.pass_context
+def fit_command(ctx: click.Context, **values: object) -> int:
+    """Prune, quantize, export and benchmark until the artifact meets every budget of the device."""
+    args = as_args(values)
+    args.device_budgets = ctx.lookup_default("device_budgets") or {}  # [fit.budgets.DEVICE] of edgeprune.toml
+    args.latency_percentile = int(args.latency_percentile)
+    return run_fit(args)
+
+
+def run_fit(args: SimpleNamespace) -> int:
     from edgeprune.devices import load_profile
-    from edgeprune.importance import CRITERIA
     from edgeprune.quantize import recipe_for_runtime
     from edgeprune.search.fit import FitOptions, fit_task
     from edgeprune.serialization import to_jsonable
@@ -161,7 +184,7 @@ def fleet_budgets(profiles: list, limits: dict, per_device: dict[str, dict]) -> 
 
 
 def run_fleet(task, profiles: list, budgets: dict, out: Path | None, options,  # noqa: ANN001 - Task, FitOptions
-              args: argparse.Namespace, boards, ahead: int) -> int:  # noqa: ANN001 - BoardPool or None
+              args: SimpleNamespace, boards, ahead: int) -> int:  # noqa: ANN001 - BoardPool or None
     from edgeprune.search.fleet import fit_fleet
     from edgeprune.serialization import to_jsonable
 
@@ -176,7 +199,7 @@ def run_fleet(task, profiles: list, budgets: dict, out: Path | None, options,  #
     return EXIT_OK if result.fits else EXIT_BUDGET
 
 
-def lab_boards(args: argparse.Namespace) -> list | None:
+def lab_boards(args: SimpleNamespace) -> list | None:
     """The boards of --boards, checked (None without --boards)."""
     if args.exports_ahead < 0:
         raise UserInputError(f"--exports-ahead must be 0 or more, got {args.exports_ahead}")

@@ -1,17 +1,23 @@
 """`edgeprune score` and `edgeprune prune`: head scores and pruning plans as JSON files."""
 
-import argparse
+import json
 from pathlib import Path
+from types import SimpleNamespace
+
+import click
 
 from edgeprune.cli.common import (
     EXIT_OK,
-    add_task_arguments,
+    as_args,
     check_output_file,
     check_output_folder,
+    epilog,
     finite,
+    output_options,
     parse_json,
     read_json,
     task_from,
+    task_options,
 )
 from edgeprune.errors import UserInputError
 from edgeprune.importance import CRITERIA, default_scoring
@@ -21,52 +27,64 @@ from edgeprune.pruning import STRATEGIES
 CALIBRATION_BATCH_SIZE = 16  # what fit scores and measures mean outputs with (FitOptions.scoring_batch_size)
 
 
-def add_parsers(verbs: argparse._SubParsersAction) -> None:
-    score = verbs.add_parser("score", help="score every attention head on the task's calibration data")
-    add_task_arguments(score)
-    score.add_argument("--criterion", help=f"head importance criterion, one of {', '.join(CRITERIA.names())} "
-                       f"(default: the one fit uses for the model, {default_scoring().criterion})")
-    score.add_argument("--examples", type=int, default=256, help="calibration documents to score on")
-    score.add_argument("--out", type=Path, required=True, help="where to write the scores as JSON")
-
-    prune = verbs.add_parser("prune", help="remove heads for real and save the smaller model")
-    add_task_arguments(prune, model_help="the model folder to prune (default: the bundled MiniLM); with "
-                       "compensation, the task's calibration data (as for `score`) measures the mean outputs")
-    source = prune.add_mutually_exclusive_group(required=True)
-    source.add_argument("--scores", type=Path, help="scores JSON written by `edgeprune score`")
-    source.add_argument("--plan", type=Path, help="a plan JSON to apply as it is")
-    prune.add_argument("--strategy", default="global-topk", choices=STRATEGIES.names(),
-                       help="how scores become a plan (default: global-topk)")
-    prune.add_argument("--remove", type=int, help="global-topk: heads to remove in all")
-    prune.add_argument("--remove-per-layer", type=int, help="per-layer: heads to remove from each layer")
-    prune.add_argument("--threshold", type=finite, help="threshold: remove heads scoring below this")
-    prune.add_argument("--quantile", type=finite, help="threshold: remove heads below this quantile (0..1)")
-    prune.add_argument("--min-heads-per-layer", type=int, default=1)
-    prune.add_argument("--heads-multiple", type=int, default=1, help="round kept heads per layer up to a multiple")
-    prune.add_argument("--normalize", choices=NORMALIZATIONS, help="per-layer normalization of the scores before "
-                       f"selection (default: fit's for the model, {default_scoring().normalize})")
-    prune.add_argument("--no-normalize", dest="normalize", action="store_const", const="none",
-                       help=argparse.SUPPRESS)  # before --normalize existed; the same as --normalize none
-    prune.add_argument("--compensate", action=argparse.BooleanOptionalAction,
-                       help="fold each removed head's mean output on the calibration data into the output-projection "
-                       "bias, as fit does (default: fit's choice for the model, "
-                       f"{'compensate' if default_scoring().compensate else 'no-compensate'}); --no-compensate "
-                       "removes heads outright and needs no data")
-    prune.add_argument("--examples", type=int, default=256,
-                       help="calibration documents the mean outputs are measured on (default: 256)")
-    prune.add_argument("--plan-out", type=Path, help="where to write the plan JSON (default: OUT/plan.json)")
-    prune.add_argument("--out", type=Path, required=True, help="folder for the pruned model")
-
-    score.set_defaults(run=run_score)
-    prune.set_defaults(run=run_prune)
+@click.command("score", epilog=epilog(["edgeprune score --examples 256 --out scores.json",
+                                      "edgeprune score --criterion taylor --model my-bert/ --data reviews.csv "
+                                      "--out scores.json"], "0 written; 2 bad input"))
+@task_options()
+@click.option("--criterion", type=click.Choice(CRITERIA.names()), help="head importance criterion (default: the "
+              f"one fit uses for the model, {default_scoring().criterion} for encoders)")
+@click.option("--examples", type=int, default=256, show_default=True, help="calibration documents to score on")
+@click.option("--out", type=click.Path(path_type=Path), required=True, help="where to write the scores as JSON")
+@click.option("--json", is_flag=True, help="print a summary of what was written as JSON")
+@output_options
+def score_command(**values: object) -> int:
+    """Score every attention head on the task's calibration data."""
+    return run_score(as_args(values))
 
 
-def run_score(args: argparse.Namespace) -> int:
+@click.command("prune", epilog=epilog(["edgeprune prune --scores scores.json --remove 24 --out pruned/",
+                                      "edgeprune prune --plan pruned/plan.json --model other-copy/ "
+                                      "--out pruned-again/"],
+                                      "0 written; 2 bad input (both or neither of --scores and --plan, ...)"))
+@task_options(model_help="the model folder to prune (default: the bundled MiniLM); with compensation, the task's "
+              "calibration data (as for `score`) measures the mean outputs")
+@click.option("--scores", type=click.Path(path_type=Path), help="scores JSON written by `edgeprune score` (or --plan)")
+@click.option("--plan", type=click.Path(path_type=Path), help="a plan JSON to apply as it is (or --scores)")
+@click.option("--strategy", default="global-topk", show_default=True, type=click.Choice(STRATEGIES.names()),
+              help="how scores become a plan")
+@click.option("--remove", type=int, help="global-topk: heads to remove in all")
+@click.option("--remove-per-layer", type=int, help="per-layer: heads to remove from each layer")
+@click.option("--threshold", type=finite, help="threshold: remove heads scoring below this")
+@click.option("--quantile", type=finite, help="threshold: remove heads below this quantile (0..1)")
+@click.option("--min-heads-per-layer", type=int, default=1, show_default=True)
+@click.option("--heads-multiple", type=int, default=1, show_default=True,
+              help="round kept heads per layer up to a multiple")
+@click.option("--normalize", type=click.Choice(NORMALIZATIONS), help="per-layer normalization of the scores before "
+              f"selection (default: fit's for the model, {default_scoring().normalize} for encoders)")
+@click.option("--no-normalize", is_flag=True, hidden=True)  # before --normalize existed: --normalize none
+@click.option("--compensate/--no-compensate", default=None,
+              help="fold each removed head's mean output on the calibration data into the output-projection bias, "
+              "as fit does (default: fit's choice for the model); --no-compensate removes heads outright and needs "
+              "no data")
+@click.option("--examples", type=int, default=256, show_default=True,
+              help="calibration documents the mean outputs are measured on")
+@click.option("--plan-out", type=click.Path(path_type=Path), help="where to write the plan JSON (default: "
+              "OUT/plan.json)")
+@click.option("--out", type=click.Path(path_type=Path), required=True, help="folder for the pruned model")
+@click.option("--json", is_flag=True, help="print what was removed and written as JSON")
+@output_options
+def prune_command(no_normalize: bool, **values: object) -> int:
+    """Remove heads for real and save the smaller model."""
+    args = as_args(values)
+    if no_normalize:
+        args.normalize = "none"
+    return run_prune(args)
+
+
+def run_score(args: SimpleNamespace) -> int:
     from edgeprune.importance import score_heads
     from edgeprune.serialization import write_json_atomic
 
-    if args.criterion is not None:
-        CRITERIA.get(args.criterion)
     if args.examples < 1:
         raise UserInputError(f"--examples must be at least 1, got {args.examples}")
     check_output_file(args.out)
@@ -78,12 +96,16 @@ def run_score(args: argparse.Namespace) -> int:
                                                                    limit=args.examples)),
                              criterion, loss_fn=task.loss)
     write_json_atomic(args.out, scores.to_dict())
+    if args.json:
+        print(json.dumps({"scores": str(args.out), "criterion": scores.criterion, "layers": scores.scores.shape[0],
+                          "heads_per_layer": scores.scores.shape[1], "examples": scores.num_examples}, indent=2))
+        return EXIT_OK
     print(f"wrote {args.out}: {scores.scores.shape[0]} layers x {scores.scores.shape[1]} heads, "
           f"criterion {scores.criterion}, {scores.num_examples} examples")
     return EXIT_OK
 
 
-def run_prune(args: argparse.Namespace) -> int:
+def run_prune(args: SimpleNamespace) -> int:
     from edgeprune.importance import HeadScores
     from edgeprune.models.hub import model_folder
     from edgeprune.models.io import load, save
@@ -92,6 +114,8 @@ def run_prune(args: argparse.Namespace) -> int:
     from edgeprune.tasks import minilm_model_path
     from edgeprune.tasks.compatibility import check_model_folder
 
+    if (args.plan is None) == (args.scores is None):
+        raise UserInputError("prune needs --scores (from `edgeprune score`) or --plan (a plan JSON), not both")
     model_path = minilm_model_path() if args.model is None else model_folder(args.model)  # or a cached HF id
     check_model_folder(model_path)
     check_output_folder(args.out)
@@ -119,12 +143,17 @@ def run_prune(args: argparse.Namespace) -> int:
     model = prune(model, plan, batches, compensate=compensate)
     write_json_atomic(args.plan_out or args.out / "plan.json", plan.to_dict())
     save(model, args.out)
+    if args.json:
+        print(json.dumps({"model": str(args.out), "plan": str(args.plan_out or args.out / "plan.json"),
+                          "heads_removed": plan.heads_removed, "heads": sum(plan.num_heads),
+                          "compensated": compensate}, indent=2))
+        return EXIT_OK
     how = "their mean outputs folded into the output bias" if compensate else "removed outright"
     print(f"removed {plan.heads_removed} of {sum(plan.num_heads)} heads ({how}); wrote {args.out}")
     return EXIT_OK
 
 
-def calibration_inputs(args: argparse.Namespace) -> list[dict]:
+def calibration_inputs(args: SimpleNamespace) -> list[dict]:
     """The model inputs of the task's first `--examples` calibration documents, batched as fit batches them."""
     try:
         task = task_from(args)

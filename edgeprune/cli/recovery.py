@@ -1,11 +1,15 @@
 """`edgeprune distill`: recover a pruned model by distillation from the dense teacher of a bundled task,
 optionally after removing its most redundant layers (angular distance) and a share of its FFN neurons."""
 
-import argparse
 import dataclasses
+import json
+from collections.abc import Callable
 from pathlib import Path
+from types import SimpleNamespace
 
-from edgeprune.cli.common import EXIT_OK, check_output_folder, read_json
+import click
+
+from edgeprune.cli.common import EXIT_OK, as_args, check_output_folder, epilog, finite, output_options, read_json
 from edgeprune.errors import UserInputError
 
 NEURON_CRITERIA = ("activation", "weight-norm")  # of edgeprune.pruning.ffn.NEURON_CRITERIA; parsing imports no torch
@@ -15,42 +19,56 @@ OVERRIDES = {"max_steps": int, "max_seconds": float, "max_epochs": int, "learnin
              "hidden_weight": float, "warmup_steps": int, "eval_every": int, "patience": int, "seed": int}
 
 
-def add_parsers(verbs: argparse._SubParsersAction) -> None:
-    distill = verbs.add_parser("distill", help="recover a pruned model by distillation from the dense teacher")
-    distill.add_argument("--model", type=Path, required=True, help="the pruned model folder (from `edgeprune prune`)")
-    distill.add_argument("--task", default="minilm-bbc", help="bundled task whose dense model teaches (default: "
-                         "minilm-bbc)")
-    distill.add_argument("--teacher-model", type=Path, help="dense teacher folder instead of the bundled MiniLM")
-    distill.add_argument("--max-length", type=int, default=128, help="tokens per input (default: 128)")
-    # not --config: that flag names the edgeprune.toml project file of every verb
-    distill.add_argument("--distill-config", type=Path, help="a DistillConfig JSON; the flags below override it")
-    for field, kind in OVERRIDES.items():
-        distill.add_argument(f"--{field.replace('_', '-')}", type=kind, default=None,
-                             help=f"(default: {getattr(_defaults(), field)})")
-    distill.add_argument("--batch-size", type=int, default=16, help="training and validation batch (default: 16)")
-    distill.add_argument("--train-limit", type=int, help="use only the first N calibration documents")
-    distill.add_argument("--validation-limit", type=int, help="use only the first N validation documents")
-    distill.add_argument("--remove-layers", type=int, default=0, metavar="N",
-                         help="first remove the N consecutive layers that change the hidden states least (angular "
-                              "distance on calibration documents); default: 0")
-    distill.add_argument("--ffn-ratio", type=float, default=0.0, metavar="R",
-                         help="then remove this share (0 <= R < 1) of every layer's FFN neurons; default: 0")
-    distill.add_argument("--ffn-criterion", choices=NEURON_CRITERIA, default="activation",
-                         help="how FFN neurons are scored (default: activation)")
-    distill.add_argument("--scoring-batches", type=int, default=8, metavar="N",
-                         help="calibration batches that score layers and FFN neurons (default: 8)")
-    distill.add_argument("--quiet", action="store_true", help="no progress on stderr")
-    distill.add_argument("--out", type=Path, required=True, help="folder for the recovered model and distill.json")
-    distill.set_defaults(run=run_distill)
-
-
 def _defaults():  # noqa: ANN202 - a DistillConfig
     from edgeprune.recovery.config import DistillConfig
 
     return DistillConfig()
 
 
-def config_from(args: argparse.Namespace):  # noqa: ANN201 - a DistillConfig
+def override_options(command: Callable) -> Callable:
+    """One flag per DistillConfig field in OVERRIDES, default None: only a given flag overrides the config file."""
+    for field, kind in reversed(OVERRIDES.items()):
+        command = click.option(f"--{field.replace('_', '-')}", type=finite if kind is float else kind, default=None,
+                               help=f"(default: {getattr(_defaults(), field)})")(command)
+    return command
+
+
+@click.command("distill", epilog=epilog(["edgeprune distill --model pruned/ --max-steps 60 --out recovered/",
+                                        "edgeprune distill --model pruned/ --remove-layers 1 --ffn-ratio 0.25 "
+                                        "--max-seconds 300 --out recovered/"],
+                                        "0 written; 2 bad input; 130 Ctrl-C"))
+@click.option("--model", type=click.Path(path_type=Path), required=True,
+              help="the pruned model folder (from `edgeprune prune`)")
+@click.option("--task", default="minilm-bbc", show_default=True, help="bundled task whose dense model teaches")
+@click.option("--teacher-model", type=click.Path(path_type=Path), help="dense teacher folder instead of the bundled "
+              "MiniLM")
+@click.option("--max-length", type=int, default=128, show_default=True, help="tokens per input")
+# not --config: that flag names the edgeprune.toml project file of every verb
+@click.option("--distill-config", type=click.Path(path_type=Path), help="a DistillConfig JSON; the flags below "
+              "override it")
+@override_options
+@click.option("--batch-size", type=int, default=16, show_default=True, help="training and validation batch")
+@click.option("--train-limit", type=int, help="use only the first N calibration documents")
+@click.option("--validation-limit", type=int, help="use only the first N validation documents")
+@click.option("--remove-layers", type=int, default=0, show_default=True, metavar="N",
+              help="first remove the N consecutive layers that change the hidden states least (angular distance on "
+              "calibration documents)")
+@click.option("--ffn-ratio", type=finite, default=0.0, show_default=True, metavar="R",
+              help="then remove this share (0 <= R < 1) of every layer's FFN neurons")
+@click.option("--ffn-criterion", type=click.Choice(NEURON_CRITERIA), default="activation", show_default=True,
+              help="how FFN neurons are scored")
+@click.option("--scoring-batches", type=int, default=8, show_default=True, metavar="N",
+              help="calibration batches that score layers and FFN neurons")
+@click.option("--out", type=click.Path(path_type=Path), required=True, help="folder for the recovered model and "
+              "distill.json")
+@click.option("--json", is_flag=True, help="print distill.json's summary as JSON")
+@output_options
+def distill_command(**values: object) -> int:
+    """Recover a pruned model by distillation from the dense teacher."""
+    return run_distill(as_args(values))
+
+
+def config_from(args: SimpleNamespace):  # noqa: ANN201 - a DistillConfig
     from edgeprune.recovery.config import DistillConfig
 
     config = DistillConfig.from_dict(read_json(args.distill_config, "distill config")) if args.distill_config else (
@@ -59,7 +77,7 @@ def config_from(args: argparse.Namespace):  # noqa: ANN201 - a DistillConfig
     return dataclasses.replace(config, **changes)  # validated again by __post_init__
 
 
-def run_distill(args: argparse.Namespace) -> int:
+def run_distill(args: SimpleNamespace) -> int:
     from edgeprune.models.io import load
     from edgeprune.progress import Progress
     from edgeprune.recovery import distill_pruned, save_distilled
@@ -94,6 +112,12 @@ def run_distill(args: argparse.Namespace) -> int:
                                validation_limit=args.validation_limit, source=args.model)
     save_distilled(distilled, args.out)
     result = distilled.result
+    if args.json:
+        print(json.dumps({"model": str(args.out), "steps": result.steps, "stopped": result.stopped,
+                          "metric": result.metric, "initial": result.initial_metric, "best": result.best_metric,
+                          "best_step": result.best_step, "removed_layers": distilled.removed_layers,
+                          "intermediate_sizes": distilled.intermediate_sizes}, indent=2))
+        return EXIT_OK
     removed = f"removed layers {distilled.removed_layers}; " if distilled.removed_layers is not None else ""
     if distilled.ffn_ratio is not None:
         removed += f"FFN widths {distilled.intermediate_sizes}; "

@@ -60,7 +60,8 @@ BASELINE_STEM = "dense-fp32"
 
 
 def default_out_dir() -> Path:
-    return Path("runs") / datetime.now().strftime("fit-%Y%m%d-%H%M%S")
+    """A new folder named for the time under $EDGEPRUNE_RUNS (default: runs/ in the working folder)."""
+    return Path(os.environ.get("EDGEPRUNE_RUNS") or "runs") / datetime.now().strftime("fit-%Y%m%d-%H%M%S")
 
 
 def fit(
