@@ -16,6 +16,7 @@ from edgeprune.progress import Progress
 from edgeprune.pruning.plan import PruningPlan
 from edgeprune.pruning.structure import StructurePlan
 from edgeprune.quantize import RECIPES as RECIPE_REGISTRY
+from edgeprune.quantize import fit_ladder
 from edgeprune.search import Budget
 from edgeprune.search.choice import choose
 from edgeprune.search.options import FitOptions
@@ -25,9 +26,12 @@ from edgeprune.search.space import Shape, lines
 from edgeprune.tasks import Quality
 
 RECIPES = ("int8", "int8-emb4", "int4")  # highest fidelity first
-LOSS = {"int8": 0.002, "int8-emb4": 0.004, "int4": 0.010}  # what quantization takes from the PyTorch quality
-WEIGHT_MB = {"int8": 23.0, "int8-emb4": 17.0, "int4": 12.3}
-EMBEDDING_MB = {"int8": 11.7, "int8-emb4": 5.9, "int4": 5.9}
+# two runtimes searched at once: the ladders merged as fit merges them (fit_ladder), LiteRT faster per FLOP
+TWO_RUNTIMES = fit_ladder(("executorch", "litert"), ("litert-fp16", "int8", "litert-int8", "int8-emb4", "int4"))
+# what quantization takes from the PyTorch quality
+LOSS = {"int8": 0.002, "int8-emb4": 0.004, "int4": 0.010, "litert-fp16": 0.0005, "litert-int8": 0.003}
+WEIGHT_MB = {"int8": 23.0, "int8-emb4": 17.0, "int4": 12.3, "litert-fp16": 45.0, "litert-int8": 23.4}
+EMBEDDING_MB = {"int8": 11.7, "int8-emb4": 5.9, "int4": 5.9, "litert-fp16": 23.4, "litert-int8": 11.7}
 REFERENCE = Quality("accuracy", 0.95, True, "validation", 100)
 
 
@@ -56,7 +60,7 @@ def core_parameters(shape: Shape) -> int:
 
 
 def latency_ms(recipe: str, shape: Shape) -> float:
-    scale = {"int8": 10.0, "int8-emb4": 10.5, "int4": 12.0}[recipe]
+    scale = {"int8": 10.0, "int8-emb4": 10.5, "int4": 12.0, "litert-fp16": 9.0, "litert-int8": 5.5}[recipe]
     work = (6 - shape.layers_removed) / 6 * (0.4 * kept_head_share(shape) + 0.6 * (1 - shape.ffn_fraction))
     return scale * work + 1.0
 
@@ -89,12 +93,16 @@ class WorldBuilder:
         return int(size_mb(recipe.name, shape) * 1e6)
 
     def predict_latency(self, shape: Shape, recipe) -> float | None:
-        """Exact for a measured recipe; another measured recipe's figure until then (as the latency model borrows)."""
-        known = recipe.name if recipe.name in self.measured else next(iter(sorted(self.measured)), None)
+        """Exact for a measured recipe; another measured recipe's figure of the same runtime until then (as the
+        latency model borrows); nothing known for a runtime not measured yet."""
+        same_runtime = sorted(r for r in self.measured if RECIPE_REGISTRY.get(r).runtime == recipe.runtime)
+        known = recipe.name if recipe.name in self.measured else next(iter(same_runtime), None)
         return None if known is None else latency_ms(known, shape)
 
-    def latency_slack(self, recipe) -> float:
-        return 1.05 if recipe.name in self.measured else 1.15
+    def latency_slack(self, recipe) -> float:  # as CandidateBuilder.latency_slack: 3 on another recipe's figures
+        if recipe.name in self.measured:
+            return 1.05
+        return 3.0 if any(RECIPE_REGISTRY.get(r).runtime == recipe.runtime for r in self.measured) else 1.15
 
     def proxy(self, shape: Shape) -> Quality:
         self.proxies.add(shape.structure)
@@ -142,10 +150,10 @@ def artifact_for(recipe: str, shape: Shape) -> BuiltArtifact:
         validation_quality=Quality("accuracy", proxy(shape) - LOSS[recipe], True, "validation", 100))
 
 
-def grid_best(options: FitOptions, budget: Budget) -> float | None:
+def grid_best(options: FitOptions, budget: Budget, recipes: tuple[str, ...] = RECIPES) -> float | None:
     """The best validation quality over every point of the space that meets the budget."""
     best = None
-    for line in lines(RECIPES, options.ffn_fractions, options.layer_removals, (False, True)):
+    for line in lines(recipes, options.ffn_fractions, options.layer_removals, (False, True)):
         for heads in head_counts(line.layers_removed):
             shape = line.shape(heads)
             artifact = artifact_for(line.recipe, shape)
@@ -156,10 +164,10 @@ def grid_best(options: FitOptions, budget: Budget) -> float | None:
     return best
 
 
-def grid_choice(budget: Budget, tolerance: float) -> BuiltArtifact | None:
+def grid_choice(budget: Budget, tolerance: float, recipes: tuple[str, ...] = RECIPES) -> BuiltArtifact | None:
     """What `fit` would choose with every candidate of the space built and benchmarked."""
     everything = []
-    for line in lines(RECIPES, (0.0, 0.25, 0.5), (0, 1, 2), (False, True)):
+    for line in lines(recipes, (0.0, 0.25, 0.5), (0, 1, 2), (False, True)):
         for heads in head_counts(line.layers_removed):
             artifact = artifact_for(line.recipe, line.shape(heads))
             artifact.benchmark = bench(latency_ms(line.recipe, line.shape(heads)))
@@ -170,11 +178,11 @@ def grid_choice(budget: Budget, tolerance: float) -> BuiltArtifact | None:
     return None if binding else fitted
 
 
-def run(budget: Budget, rejected: tuple[str, ...] = (), tolerance: float = 0.0
+def run(budget: Budget, rejected: tuple[str, ...] = (), tolerance: float = 0.0, recipes: tuple[str, ...] = RECIPES
         ) -> tuple[WorldBuilder, list[BuiltArtifact]]:
-    builder = WorldBuilder(FitOptions(recipes=RECIPES, quality_tolerance=tolerance), rejected=rejected)
+    builder = WorldBuilder(FitOptions(recipes=recipes, quality_tolerance=tolerance), rejected=rejected)
     quiet = Progress(enabled=False, stream=io.StringIO())
-    candidates, builder.trials = best_first_search(builder, budget, RECIPES, REFERENCE, quiet)
+    candidates, builder.trials = best_first_search(builder, budget, recipes, REFERENCE, quiet)
     return builder, candidates
 
 
@@ -211,6 +219,34 @@ def test_the_search_chooses_what_the_grid_would_for_any_budget(max_mb, latency, 
         assert not binding and (fitted.recipe, shape_of(fitted)) == (best.recipe, shape_of(best))
     assert len(set(builder.built)) == len(builder.built)  # never built twice
     assert len(builder.built) <= 14  # the grid is 324 candidates
+
+
+@settings(max_examples=80, deadline=None)
+@given(max_mb=st.one_of(st.none(), st.floats(6.0, 50.0)), latency=st.one_of(st.none(), st.floats(2.0, 12.0)),
+       tolerance=st.sampled_from([0.0, 0.005, 0.02]))
+def test_searching_two_runtimes_chooses_what_the_grid_of_both_would(max_mb, latency, tolerance):
+    """The runtime is a dimension of the space: the search over both ladders finds the grid's choice over both,
+    whichever runtime it is in, though neither runtime's recipes close the other's lines at equal bit widths."""
+    if max_mb is None and latency is None:
+        max_mb = 100.0
+    budget = Budget(max_mb=max_mb, max_latency_ms=latency)
+    builder, candidates = run(budget, tolerance=tolerance, recipes=TWO_RUNTIMES)
+    fitted, binding, _ = choose(candidates, budget, REFERENCE, tolerance)
+    best = grid_choice(budget, tolerance, TWO_RUNTIMES)
+    if best is None:
+        assert binding
+    else:
+        assert not binding and (fitted.recipe, shape_of(fitted)) == (best.recipe, shape_of(best))
+    assert len(set(builder.built)) == len(builder.built)
+    assert len(builder.built) <= 20  # the grid is 540 candidates
+
+
+def test_a_latency_budget_only_litert_meets_is_met_by_litert():
+    budget = Budget(max_latency_ms=5.0)  # ExecuTorch's fastest candidate here runs 10 × 0.4 × ... + 1 > 5 ms dense
+    builder, candidates = run(budget, recipes=TWO_RUNTIMES)
+    fitted, binding, _ = choose(candidates, budget, REFERENCE)
+    assert not binding and fitted.recipe.runtime == "litert"
+    assert fitted.recipe.name == grid_choice(budget, 0.0, TWO_RUNTIMES).recipe.name
 
 
 def test_nothing_fits_builds_only_the_smallest_candidate():

@@ -11,6 +11,7 @@ import click
 from edgeprune.cli.common import (
     EXIT_BUDGET,
     EXIT_OK,
+    Parsed,
     as_args,
     check_output_folder,
     epilog,
@@ -29,6 +30,16 @@ from edgeprune.errors import UserInputError
 from edgeprune.export import RUNTIMES
 from edgeprune.importance import CRITERIA
 from edgeprune.quantize import RECIPES
+
+
+def runtime_list(text: str) -> tuple[str, ...]:
+    """executorch, litert, or both comma-separated (in the order of preference for the dense baseline)."""
+    names = tuple(dict.fromkeys(part.strip() for part in text.split(",") if part.strip()))
+    unknown = [name for name in names if name not in RUNTIMES.names()]
+    if not names or unknown:
+        raise ValueError(f"{text!r}: name runtimes from {', '.join(RUNTIMES.names())}, comma-separated")
+    return names
+
 
 EXIT_CODES = ("0 every budget met; 2 bad input; 3 the budgets cannot be met (the closest candidate is still "
               "written); 4 an artifact failed verification; 5 the device is unreachable with --require-device; "
@@ -64,7 +75,9 @@ EXIT_CODES = ("0 every budget met; 2 bad input; 3 the budgets cannot be met (the
                  "$EDGEPRUNE_RUNS, else runs/)"),
     click.option("--resume", type=click.Path(path_type=Path), metavar="DIR",
                  help="continue an interrupted fit into DIR"),
-    click.option("--runtime", type=click.Choice(RUNTIMES.names()), help="default: the device profile's runtime"),
+    click.option("--runtime", type=Parsed(runtime_list, "|".join(RUNTIMES.names()) + "[,...]"),
+                 help="the runtimes to search, comma-separated (e.g. executorch,litert: the search picks the runtime "
+                 "too); default: the profile's runtime.runtimes, else its runtime"),
     click.option("--recipe", multiple=True, type=click.Choice(RECIPES.names()), help="quantization recipe to use "
                  "(repeat for a ladder; default: the runtime's ladder, highest fidelity first)"),
     click.option("--trim-vocab/--no-trim-vocab", default=None, help="always / never keep only the embedding rows "
@@ -111,7 +124,7 @@ def fit_command(ctx: click.Context, **values: object) -> int:
 
 def run_fit(args: SimpleNamespace) -> int:
     from edgeprune.devices import load_profile
-    from edgeprune.quantize import recipe_for_runtime
+    from edgeprune.quantize import fit_ladder
     from edgeprune.search.fit import FitOptions, fit_task
     from edgeprune.serialization import to_jsonable
 
@@ -126,10 +139,9 @@ def run_fit(args: SimpleNamespace) -> int:
     profile = dataclasses.replace(profiles[0], endpoint=endpoint_from(profiles[0], args))
     CRITERIA.get(args.criterion)
     for each in profiles:
-        for name in args.recipe or ():
-            recipe_for_runtime(name, args.runtime or each.runtime)
-    # one device: its runtime, named (as before fleets); a fleet: each device's own unless --runtime says
-    runtime = args.runtime or (profile.runtime if len(profiles) == 1 else None)
+        fit_ladder(args.runtime or each.searched_runtimes, args.recipe)  # a recipe of another runtime: one line
+    # one device: its runtimes, named (as before fleets); a fleet: each device's own unless --runtime says
+    runtime = args.runtime or (profile.searched_runtimes if len(profiles) == 1 else None)
     if args.scoring_examples < 1:
         raise UserInputError(f"--scoring-examples must be at least 1, got {args.scoring_examples}")
     if args.recover_steps < 0:

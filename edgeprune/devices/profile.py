@@ -48,7 +48,7 @@ SCHEMA: dict[str, dict[str, Key]] = {
     "runtime": {"name": Key(str, choices=SUPPORTED_RUNTIMES), "threads": Key(int, positive=True),
                 "python": Key(str, False), "runner": Key(str, False, choices=SUPPORTED_RUNNERS),
                 "benchmark_model": Key(str, False), "executor_runner": Key(str, False),
-                "env": Key(str, False), "install": Key(list, False)},
+                "env": Key(str, False), "install": Key(list, False), "runtimes": Key(list, False)},
     "budgets": {"max_mb": Key(NUMBER, False, positive=True), "max_memory_mb": Key(NUMBER, False, positive=True),
                 "max_latency_ms": Key(NUMBER, False, positive=True),
                 "max_energy_mj": Key(NUMBER, False, positive=True)},
@@ -130,6 +130,12 @@ class DeviceProfile:
     env: str | None = None  # the venv `edgeprune devices setup` makes on the device; its bin/python runs the runner
     install: tuple[str, ...] = ()  # the runtimes `devices setup` installs; () means just `runtime`
     emulated: str | None = None  # e.g. "QEMU user mode on x86_64": its timings say nothing about the real board
+    runtimes: tuple[str, ...] = ()  # every runtime the board runs, searched by fit (`runtime` first); () = (runtime,)
+
+    @property
+    def searched_runtimes(self) -> tuple[str, ...]:
+        """The runtimes fit searches on this device unless told otherwise: `runtime.runtimes`, else `runtime`."""
+        return self.runtimes or (self.runtime,)
 
 
 def profile_dirs() -> list[Path]:
@@ -337,6 +343,12 @@ def _parse(path: Path) -> DeviceProfile:
     install = runtime.get("install", [])
     if any(name not in SUPPORTED_RUNTIMES for name in install):
         raise UserInputError(f"{path}: runtime.install = {install!r}; supported: {', '.join(SUPPORTED_RUNTIMES)}")
+    runtimes = runtime.get("runtimes", [])
+    if any(name not in SUPPORTED_RUNTIMES for name in runtimes):
+        raise UserInputError(f"{path}: runtime.runtimes = {runtimes!r}; supported: {', '.join(SUPPORTED_RUNTIMES)}")
+    if runtimes and runtime["name"] not in runtimes:
+        raise UserInputError(f"{path}: runtime.runtimes = {runtimes!r} must include runtime.name = "
+                             f"{runtime['name']!r} (the one a single-runtime fit and bench use)")
 
     def number(section: dict, key: str) -> Any:
         return None if key not in section else float(section[key])
@@ -354,4 +366,5 @@ def _parse(path: Path) -> DeviceProfile:
         max_latency_ms=number(budgets, "max_latency_ms"), max_energy_mj=number(budgets, "max_energy_mj"),
         power=power, endpoint=_endpoint(path, data["connection"]),
         env=env, install=tuple(dict.fromkeys(install)), emulated=data.get("emulated"),
+        runtimes=tuple(dict.fromkeys([runtime["name"], *runtimes])) if runtimes else (),
     )

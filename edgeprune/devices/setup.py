@@ -2,8 +2,8 @@
 
 `edgeprune devices setup PROFILE` checks the board (arch, OS, Python, free disk and RAM), creates a venv
 at the profile's `runtime.env` (default `$HOME/.edgeprune/env` on the board) and installs the runtimes
-the profile lists (`runtime.install`, default its `runtime.name`) at the versions this host uses, from
-the registry the board reaches or, `offline`, from wheels this host downloads for the board's platform
+the profile lists (`runtime.install`, default `runtime.runtimes`, else `runtime.name`) at the versions this
+host uses, from the registry the board reaches or, `offline`, from wheels this host downloads for the board's platform
 and copies over. A second run finds everything in place and installs nothing. Where the environment is,
 is recorded on this host (`environment_record`), so `devices check`, `bench` and `fit` use its python.
 """
@@ -142,7 +142,7 @@ def pinned(runtimes: list[str], wanted: dict[str, str], with_deps: bool) -> list
 
 
 def install_runtimes(profile: DeviceProfile) -> list[str]:
-    return list(profile.install or (profile.runtime,))
+    return list(profile.install or profile.searched_runtimes)
 
 
 def environment_record() -> Path:

@@ -13,6 +13,8 @@ from edgeprune.quantize.recipes import (
     UNVERIFIED_RECIPES,
     Recipe,
     any_recipe,
+    fidelity_rank,
+    fit_ladder,
     recipe_for_runtime,
     recipes_for,
 )
@@ -28,4 +30,5 @@ def quantize(model: nn.Module, recipe: str | Recipe = "int8",
 
 
 __all__ = ["CALIBRATION_EXAMPLES", "FIT_LADDERS", "FP32_RECIPE", "RECIPES", "UNVERIFIED_RECIPES", "Recipe", "SizeModel",
-           "any_recipe", "payload_bytes", "quantize", "recipe_for_runtime", "recipes_for"]
+           "any_recipe", "fidelity_rank", "fit_ladder", "payload_bytes", "quantize", "recipe_for_runtime",
+           "recipes_for"]

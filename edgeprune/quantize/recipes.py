@@ -123,6 +123,35 @@ FIT_LADDERS: dict[str, tuple[str, ...]] = {
 }
 
 
+BITS_RANK = {"fp32": 0, "fp16": 1, "int8": 2, "int4": 3}  # higher: fewer bits, less faithful
+
+
+def fidelity_rank(recipe: Recipe) -> tuple[int, int]:
+    """How far from fp32 a recipe stores the linears and the embedding tables (0, 0 for fp32): comparable across
+    runtimes only component by component (int8 linears with fp32 tables vs int8 everywhere is ordered; LiteRT
+    int8 vs ExecuTorch int8 is not)."""
+    return BITS_RANK[recipe.linear], BITS_RANK[recipe.embedding]
+
+
+def fit_ladder(runtimes: Sequence[str], names: Sequence[str] | None = None) -> tuple[str, ...]:
+    """The recipes a fit tries on `runtimes`: `names` (each checked to run on one of them) in the order given,
+    else every runtime's FIT_LADDERS merged so that each ladder keeps its order and, at each step, the higher
+    fidelity comes first (the first runtime's on a tie)."""
+    if names:
+        for name in names:
+            recipe = RECIPES.get(name)
+            if recipe.runtime not in runtimes:
+                raise UserInputError(f"recipe {name!r} builds {recipe.runtime} artifacts; this fit's runtimes are "
+                                     f"{', '.join(runtimes)} (add --runtime {','.join([*runtimes, recipe.runtime])})")
+        return tuple(dict.fromkeys(names))
+    ladders = [list(FIT_LADDERS[runtime]) for runtime in runtimes]
+    merged: list[str] = []
+    while any(ladders):
+        heads = [(fidelity_rank(RECIPES.get(ladder[0])), index) for index, ladder in enumerate(ladders) if ladder]
+        merged.append(ladders[min(heads)[1]].pop(0))
+    return tuple(merged)
+
+
 def any_recipe(name: str) -> Recipe:
     """A registered recipe, or one of UNVERIFIED_RECIPES (for benchmarks that measure them)."""
     return UNVERIFIED_RECIPES[name] if name in UNVERIFIED_RECIPES else RECIPES.get(name)

@@ -147,3 +147,24 @@ def _row(check: BudgetCheck, budget: Budget, artifact: BuiltArtifact, metric: st
 
 def verdict(row: BudgetRow) -> str:
     return "pass" if row.passed else "fail"
+
+
+def runtime_summary(result: FitResult) -> str | None:
+    """Which runtime won and by how much, from the benchmarks of this fit (one run, same threads); None when the
+    fit searched one runtime."""
+    bests = result.runtime_comparison()
+    if not bests:
+        return None
+    winner, others = bests[0], bests[1:]
+    source = MEASURED if winner.benchmark.measured else ESTIMATED
+
+    def describe(artifact: BuiltArtifact) -> str:
+        quality = artifact.validation_quality
+        return (f"{artifact.recipe.runtime} ({artifact.recipe.name}, {artifact.describe()}: p50 "
+                f"{artifact.benchmark.p50_ms:.2f} ms, {format_mb(artifact.file_bytes)}, validation {quality.metric} "
+                f"{quality.value:.4f}{'' if artifact.meets_budget else ', over budget'})")
+
+    versus = "; ".join(f"best of {describe(other)}, p50 {other.benchmark.p50_ms / winner.benchmark.p50_ms:.2f}× "
+                       "the winner's" for other in others)
+    won = "won" if winner is result.fitted else "had the best candidate"
+    return f"Runtimes searched ({source}): {describe(winner)} {won}; {versus}."

@@ -19,7 +19,7 @@ from markupsafe import Markup
 
 from edgeprune.report import tables
 from edgeprune.report.artifacts import front_names
-from edgeprune.report.facts import emulation_note, format_quality, metric_name, teacher_quality
+from edgeprune.report.facts import emulation_note, format_quality, metric_name, runtime_summary, teacher_quality
 from edgeprune.report.plots import head_scores, kept_heads, latency, pareto
 from edgeprune.report.plots.base import Figure
 from edgeprune.search.result import FitResult
@@ -52,6 +52,7 @@ def render_html(result: FitResult) -> str:
         timings=_timings(result), front=front_names(result), tables=_tables(result), figures=_figures(result),
         command=result.reproduce.get("command"), artifact=Path(result.out_dir) / result.fitted.path,
         recipe=json.dumps(result.reproduce, indent=2, sort_keys=True, default=str), emulation=emulation_note(result),
+        runtimes=runtime_summary(result),
     )
 
 

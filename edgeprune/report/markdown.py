@@ -9,6 +9,7 @@ from edgeprune.report.facts import (
     format_mb,
     format_quality,
     metric_name,
+    runtime_summary,
     teacher_quality,
     test_quality,
     verdict,
@@ -35,6 +36,11 @@ def _added_memory(artifact: BuiltArtifact) -> str:
     if bench is None or bench.peak_rss_mb is None or bench.rss_before_load_mb is None:
         return "not measured"
     return f"{bench.peak_rss_mb - bench.rss_before_load_mb:.0f} MB"
+
+
+def _runtimes(dense: BuiltArtifact, fitted: BuiltArtifact) -> str:
+    return dense.recipe.runtime if dense.recipe.runtime == fitted.recipe.runtime else (
+        f"{dense.recipe.runtime} / {fitted.recipe.runtime}")
 
 
 def _budget_table(result: FitResult) -> list[str]:
@@ -81,7 +87,7 @@ def render_markdown(result: FitResult) -> str:
         _row(f"RSS before load ({source})", _bench(dense, "rss_before_load_mb", "{:.0f} MB"),
              _bench(fitted, "rss_before_load_mb", "{:.0f} MB")),
         _row("memory the artifact adds (peak − before load)", _added_memory(dense), _added_memory(fitted)),
-        _row(f"test {metric} through {result.reproduce['runtime']} (measured)",
+        _row(f"test {metric} through {_runtimes(dense, fitted)} (measured)",
              format_quality(test_quality(dense)), format_quality(test_quality(fitted))),
         _row("cosine to its PyTorch source (worst of "
              f"{fitted.verification.num_inputs})", f"{dense.verification.min_cosine:.6f}",
@@ -92,6 +98,8 @@ def render_markdown(result: FitResult) -> str:
     ]
     if speedup is not None:
         lines.append(f"Fitted p50 speed-up over the dense fp32 artifact: {speedup:.2f}× (same run, same threads).")
+    if runtime_summary(result):
+        lines += ["", runtime_summary(result)]
     if bench is not None:
         lines += ["", f"Benchmarks: {bench.device}, runtime {bench.runtime}, {bench.threads} threads, "
                   f"{bench.warmup_runs} warm-up and {bench.timed_runs} timed runs, each artifact in its own process."]

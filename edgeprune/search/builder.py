@@ -50,6 +50,10 @@ if TYPE_CHECKING:  # Ray is an extra: the pool is imported only where one is mad
 
 LATENCY_MODEL_SLACK = 1.15  # benchmark anyway when the latency model predicts within 15 % of the budget
 FITTED_LATENCY_SLACK = 1.05  # the same once the recipe's own line is fitted to two measurements
+# ... and while a recipe borrows another recipe's measurements (of its runtime): int8 ran 2.2× (ExecuTorch) and
+# 2.8× (LiteRT) faster than fp32 on MiniLM at one thread (docs/FINDINGS.md, export matrix), so a borrowed figure
+# may be that far off in either direction; skip on it only beyond what such a gap explains
+BORROWED_LATENCY_SLACK = 3.0
 
 
 class CandidateBuilder:
@@ -70,7 +74,7 @@ class CandidateBuilder:
         self.options = options
         self.work = work
         self.progress = progress
-        self.runtime = runtime
+        self.runtime = runtime  # the dense baseline's; each candidate runs in its recipe's runtime
         self.profile = profile
         self.device_link = device_link
         self.estimator = estimator  # set when the device is not connected: figures are estimated
@@ -241,8 +245,11 @@ class CandidateBuilder:
         return self.latency_model.predict(recipe.name, self.flops(shape), self.predict_bytes(shape, recipe))
 
     def latency_slack(self, recipe: Recipe) -> float:
-        """How far over the budget a predicted latency may be and still be built: wide while the model extrapolates
-        from one point or another recipe, narrow once a line is fitted to two of this recipe's measurements."""
+        """How far over the budget a predicted latency may be and still be built: widest on another recipe's
+        measurements, wide while the model extrapolates from one point, narrow once a line is fitted to two of this
+        recipe's measurements."""
+        if self.latency_model.basis(recipe.name) == "borrowed":
+            return BORROWED_LATENCY_SLACK
         points = {flops for flops, _ in self.latency_model.observations.get(recipe.name, [])}
         return LATENCY_MODEL_SLACK if len(points) < 2 else FITTED_LATENCY_SLACK
 
@@ -279,7 +286,8 @@ class CandidateBuilder:
         if saved is not None and (self.work / saved.path).is_file():
             self.progress.note(f"candidate {recipe.name}, {shape.describe()}: finished before (resumed)")
         else:
-            saved = self.build(shape, recipe, f"candidate-{recipe.name}-{shape.key}{self.suffix}", "candidate")
+            name = f"candidate-{recipe.name}-{shape.key}{RUNTIMES.get(recipe.runtime).suffix}"
+            saved = self.build(shape, recipe, name, "candidate")
             if not budget.size_fits(saved.file_bytes):
                 saved.note = "over the size budget: not evaluated or benchmarked"
             else:
@@ -365,7 +373,7 @@ class CandidateBuilder:
         """Validation quality through the runtime: what the search decides on."""
         artifact.validation_quality = self.runtime_quality(artifact, "validation")
         self.progress.note(f"  validation {artifact.validation_quality.metric} "
-                           f"{artifact.validation_quality.value:.4f} through {self.runtime}")
+                           f"{artifact.validation_quality.value:.4f} through {artifact.recipe.runtime}")
 
     def runtime_quality(self, artifact: BuiltArtifact, split: Split) -> Quality:
         """The artifact's quality on `split` through the runtime; the same file (by content) measured for another
@@ -394,16 +402,16 @@ class CandidateBuilder:
         artifact.predicted_latency_ms = self.predict_latency(artifact.shape, artifact.recipe)
         artifact.latency_basis = self.latency_model.basis(artifact.recipe.name)
         if self.estimator is not None:
-            artifact.benchmark = self.estimator.benchmark(self.work / artifact.path, inputs, self.runtime,
+            artifact.benchmark = self.estimator.benchmark(self.work / artifact.path, inputs, artifact.recipe.runtime,
                                                           self.options.bench_warmup, self.options.bench_runs)
         elif self.boards is not None:
             artifact.benchmark = self.boards.benchmark(self.profile.name, self.work / artifact.path, inputs,
-                                                       self.runtime, self.options.bench_warmup, self.options.bench_runs)
+                                                       artifact.recipe.runtime, self.options.bench_warmup,
+                                                       self.options.bench_runs)
         else:
-            artifact.benchmark = benchmark_on(self.device_link, self.work / artifact.path, inputs, self.runtime,
-                                              self.profile.threads, self.options.bench_warmup,
-                                              self.options.bench_runs, device=self.profile.name,
-                                              profile=self.profile)
+            artifact.benchmark = benchmark_on(self.device_link, self.work / artifact.path, inputs,
+                                              artifact.recipe.runtime, self.profile.threads, self.options.bench_warmup,
+                                              self.options.bench_runs, device=self.profile.name, profile=self.profile)
         peak, board = artifact.benchmark.peak_rss_mb, artifact.benchmark.board
         self.progress.note(f"  p50 {artifact.benchmark.p50_ms:.2f} ms{'' if self.estimator is None else ' (estimated)'}"
                            f", peak {'?' if peak is None else f'{peak:.0f}'} MB{f' (board {board})' if board else ''}")

@@ -30,10 +30,9 @@ from edgeprune.export import RUNTIMES
 from edgeprune.importance import HeadScores, score_heads
 from edgeprune.progress import Progress
 from edgeprune.quantize import (
-    FIT_LADDERS,
     FP32_RECIPE,
     RECIPES,
-    recipe_for_runtime,
+    fit_ladder,
 )
 from edgeprune.quantize.vocabulary import VocabularyMap
 from edgeprune.report import render_html, render_markdown
@@ -125,9 +124,11 @@ def fit_task(
     profile = device if isinstance(device, DeviceProfile) else load_profile(device)
     budget = budget or Budget.for_device(profile)
     options = options or FitOptions()
-    runtime = options.runtime or profile.runtime
-    RUNTIMES.get(runtime).require()  # before the teacher is trained: a missing runtime is the first thing said
-    recipes = tuple(recipe_for_runtime(name, runtime).name for name in (options.recipes or FIT_LADDERS[runtime]))
+    runtimes = options.runtime or profile.searched_runtimes
+    for name in runtimes:
+        RUNTIMES.get(name).require()  # before the teacher is trained: a missing runtime is the first thing said
+    runtime = runtimes[0]  # the dense baseline's
+    recipes = fit_ladder(runtimes, options.recipes)
     progress = progress or task.progress
     out = Path(out) if out is not None else default_out_dir()
     work, created = prepare_out_dir(out, resume)
@@ -135,7 +136,7 @@ def fit_task(
     journal: Journal | None = None
     shared = shared if shared is not None else SharedWork()
     try:
-        settings = _settings(task, options, runtime, recipes, profile, budget)
+        settings = _settings(task, options, runtimes, recipes, profile, budget)
         shared.bind(shared_key(settings["model, data and task options"], options))
         journal = Journal(work / JOURNAL_NAME, settings, resume)
         if journal.damage:
@@ -194,7 +195,7 @@ def fit_task(
             budget=budget, task=task.describe(),
             teacher_test_accuracy=teacher.test.value if teacher.test.metric in ACCURACY_METRICS else None,
             head_scores=raw_scores, dense=dense, fitted=fitted, trials=trials,
-            reproduce=reproduce(task, profile, budget, options, fitted, runtime), out_dir=str(out),
+            reproduce=reproduce(task, profile, budget, options, fitted, fitted.recipe.runtime), out_dir=str(out),
             elapsed_s=round(journal.elapsed_s(), 1), timings_s={k: round(v, 1) for k, v in timings.items()},
             candidates=candidates, pareto=pareto_front(candidates, budget), teacher_quality=teacher.test,
             binding_budgets=binding, suggestions=suggestions,
@@ -281,10 +282,11 @@ def _profile_facts(profile: DeviceProfile) -> dict[str, Any]:
         else {}
 
 
-def _settings(task: Task, options: FitOptions, runtime: str, recipes: tuple[str, ...], profile: DeviceProfile,
-              budget: Budget) -> dict[str, Any]:
+def _settings(task: Task, options: FitOptions, runtimes: tuple[str, ...], recipes: tuple[str, ...],
+              profile: DeviceProfile, budget: Budget) -> dict[str, Any]:
     """What identifies a fit for resuming: a resume with any of these changed is refused, naming the change."""
-    return {"model, data and task options": task.cache_key(), "options": to_jsonable(options), "runtime": runtime,
+    return {"model, data and task options": task.cache_key(), "options": to_jsonable(options),
+            "runtime": runtimes[0] if len(runtimes) == 1 else list(runtimes),
             "recipes": list(recipes), "device": profile.name, "budget": to_jsonable(budget)}
 
 

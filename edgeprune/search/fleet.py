@@ -72,11 +72,11 @@ def fit_fleet(
     for index, profile in enumerate(profiles, 1):
         budget = (budgets or {}).get(profile.name) or Budget.for_device(profile)
         folder = out / profile.name
-        runtime = options.runtime or profile.runtime
+        runtime = ",".join(options.runtime or profile.searched_runtimes)
         progress.note(f"fleet: device {index} of {len(profiles)}: {profile.name} ({runtime}; {budget.describe()})")
         if (folder / "result.json").is_file():  # finished before this resume
             progress.note(f"fleet: {profile.name} finished before (resumed)")
-            members.append(FleetMember.of(FitResult.load(folder / "result.json"), runtime))
+            members.append(FleetMember.of(FitResult.load(folder / "result.json")))
             continue
         try:
             result = fit_task(task, profile, budget, folder, options, progress,
@@ -88,7 +88,7 @@ def fit_fleet(
             progress.warn(f"fleet: {profile.name} failed: {error}")
             members.append(FleetMember(profile.name, FAILED, str(error), str(folder), budget, runtime))
             continue
-        members.append(FleetMember.of(result, runtime))
+        members.append(FleetMember.of(result))
     result = FleetResult(members, task.describe(), str(out), round(time.perf_counter() - started, 1),
                          dict(shared.reused))
     write_fleet_reports(result, out)

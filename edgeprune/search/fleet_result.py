@@ -43,11 +43,12 @@ class FleetMember:
         return self.status in ("fit", "fit (estimated)")
 
     @classmethod
-    def of(cls, result: FitResult, runtime: str) -> "FleetMember":
+    def of(cls, result: FitResult) -> "FleetMember":
+        """A device's row from its fit: `runtime` is the one its artifact runs in (searched among several or not)."""
         fitted, benchmark = result.fitted, result.fitted.benchmark
         return cls(device=result.device, status=result.status, message=result.message, out_dir=result.out_dir,
-                   budget=result.budget, runtime=runtime, recipe=fitted.recipe.name, structure=fitted.describe(),
-                   artifact=fitted.path, file_bytes=fitted.file_bytes,
+                   budget=result.budget, runtime=fitted.recipe.runtime, recipe=fitted.recipe.name,
+                   structure=fitted.describe(), artifact=fitted.path, file_bytes=fitted.file_bytes,
                    p50_ms=benchmark.p50_ms if benchmark else None,
                    latency_measured=bool(benchmark and benchmark.measured),
                    peak_rss_mb=benchmark.peak_rss_mb if benchmark else None, test_quality=fitted.quality,

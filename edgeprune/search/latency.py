@@ -2,8 +2,9 @@
 
 Per recipe, p50 ≈ a + b·FLOPs by least squares once two candidates are measured; with one measurement,
 latency scales with FLOPs through the origin; before any measurement of a recipe, the ratio measured for
-another recipe is borrowed. Before any measurement at all, the device profile's peak compute and memory
-bandwidth give a roofline bound, max(FLOPs / peak, weight bytes / bandwidth): a lower bound on the real
+another recipe of the same runtime is borrowed (never across runtimes: LiteRT int8 ran at half ExecuTorch int8's
+p50 on MiniLM here, docs/FINDINGS.md). Before any measurement of its runtime, the device profile's peak compute
+and memory bandwidth give a roofline bound, max(FLOPs / peak, weight bytes / bandwidth): a lower bound on the real
 latency, so a candidate it already puts over budget is safely skipped. The model only orders and skips
 candidates; a real benchmark settles every candidate that is built.
 """
@@ -11,6 +12,8 @@ candidates; a real benchmark settles every candidate that is built.
 import statistics
 from collections.abc import Iterable
 from dataclasses import dataclass, field
+
+from edgeprune.quantize.recipes import RECIPES
 
 # what a prediction was based on, most informed first (LatencyModel.basis)
 BASES = ("fitted", "one point", "borrowed", "roofline", "none")
@@ -41,13 +44,13 @@ class LatencyModel:
         points = self.observations.get(recipe)
         if points:
             return "fitted" if len({f for f, _ in points}) >= 2 else "one point"
-        if self.observations:
+        if self._borrowed(recipe):
             return "borrowed"
         return "roofline" if self.peak_gflops or self.bandwidth_gbs else "none"
 
     def predict(self, recipe: str, flops: int, weight_bytes: int | None = None) -> float | None:
         """Predicted p50 in ms; the roofline bound before any measurement; None when nothing is known."""
-        points = self.observations.get(recipe) or next(iter(self.observations.values()), None)
+        points = self.observations.get(recipe) or self._borrowed(recipe)
         if not points:
             return self.roofline_ms(flops, weight_bytes)
         distinct = {f for f, _ in points}
@@ -59,6 +62,16 @@ class LatencyModel:
         slope = sum((f - mean_f) * (ms - mean_ms) for f, ms in points) / sum((f - mean_f) ** 2 for f, _ in points)
         slope = max(slope, 0.0)  # more work is never faster; noise must not invert the order
         return mean_ms + slope * (flops - mean_f)
+
+
+    def _borrowed(self, recipe: str) -> list[tuple[int, float]] | None:
+        """The first measured recipe of `recipe`'s runtime (any measured one for names not registered)."""
+        runtime = _runtime(recipe)
+        return next((points for name, points in self.observations.items() if _runtime(name) == runtime), None)
+
+
+def _runtime(recipe: str) -> str | None:
+    return RECIPES.get(recipe).runtime if recipe in RECIPES.names() else None
 
 
 @dataclass

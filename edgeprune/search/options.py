@@ -19,8 +19,10 @@ class FitOptions:
     scoring_examples: int = 256  # calibration examples used to score heads
     scoring_batch_size: int = 16
     min_heads_per_layer: int = 1
-    runtime: str | None = None  # None: the device profile's runtime
-    recipes: tuple[str, ...] | None = None  # None: the runtime's ladder, highest fidelity first
+    # the runtimes searched (a name, "executorch,litert" or a tuple; kept as a tuple); None: the device profile's
+    # `searched_runtimes`
+    runtime: tuple[str, ...] | None = None
+    recipes: tuple[str, ...] | None = None  # None: the runtimes' ladders merged, highest fidelity first
     verify_examples: int = 8  # real validation inputs each export is checked on
     # keep only embedding rows of tokens in the calibration and validation data: None searches both ways
     trim_vocabulary: bool | None = None
@@ -38,7 +40,10 @@ class FitOptions:
 
     def __post_init__(self) -> None:
         if self.runtime is not None:
-            RUNTIMES.get(self.runtime)
+            names = self.runtime.split(",") if isinstance(self.runtime, str) else self.runtime
+            self.runtime = tuple(dict.fromkeys(name.strip() for name in names if name.strip())) or None
+            for name in self.runtime or ():
+                RUNTIMES.get(name)
         if self.recipes is not None and not self.recipes:
             raise UserInputError(f"name at least one recipe; choose from: {', '.join(RECIPES.names())}")
         for recipe in self.recipes or ():

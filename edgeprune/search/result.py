@@ -133,6 +133,24 @@ class FitResult:
         error.by_basis = dict(Counter(c.latency_basis for c in built))
         return error
 
+    def runtime_comparison(self) -> list[BuiltArtifact]:
+        """With candidates of more than one runtime: each runtime's best benchmarked candidate (meeting the budget
+        first, then the best validation quality, then the fastest), the fitted runtime first; else []."""
+        by_runtime: dict[str, list[BuiltArtifact]] = {}
+        for candidate in self.candidates:
+            if candidate.benchmark is not None and candidate.validation_quality is not None:
+                by_runtime.setdefault(candidate.recipe.runtime, []).append(candidate)
+        if len(by_runtime) < 2:
+            return []
+
+        def rank(c: BuiltArtifact) -> tuple:
+            sign = 1 if c.validation_quality.higher_is_better else -1
+            return c.meets_budget, sign * c.validation_quality.value, -c.benchmark.p50_ms
+
+        best = {runtime: self.fitted if self.fitted in found else max(found, key=rank)
+                for runtime, found in by_runtime.items()}
+        return sorted(best.values(), key=lambda c: c is not self.fitted)
+
     def save(self, path: str | Path) -> Path:
         """Write result.json atomically (readers never see half a file)."""
         write_json_atomic(Path(path), to_jsonable(self))

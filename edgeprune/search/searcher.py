@@ -7,7 +7,7 @@ from typing import Protocol
 
 from edgeprune.errors import VerificationError
 from edgeprune.progress import Progress
-from edgeprune.quantize import RECIPES
+from edgeprune.quantize import RECIPES, fidelity_rank
 from edgeprune.search.budget import Budget
 from edgeprune.search.builder import CandidateBuilder, elapsed_text, signed
 from edgeprune.search.choice import best_meeting_budget, format_value, quality_tolerance
@@ -76,8 +76,8 @@ class BestFirstSearcher:
         self.floor = -floor if floor is not None and not reference.higher_is_better else floor
 
     def _dominated(self, recipe: str, shape: Shape, others: list[tuple[str, Shape]]) -> bool:
-        return any(self.order[r] <= self.order[recipe] and shape.at_least_as_compressed_as(s) and (r, s) != (recipe,
-                   shape) for r, s in others)
+        return any(at_least_as_faithful(r, recipe, self.order) and shape.at_least_as_compressed_as(s)
+                   and (r, s) != (recipe, shape) for r, s in others)
 
     def propose(self) -> Proposal | None:
         """The most promising candidate that can still win; once none can, the closest candidate to measure when
@@ -322,8 +322,21 @@ def _quantization_loss(recipe: str, anchors: list[tuple[str, Shape, BuiltArtifac
             losses.setdefault(name, []).append(signed(builder.proxy(shape)) - signed(artifact.validation_quality))
     if recipe in losses:
         return min(losses[recipe])
-    higher = [min(values) for name, values in losses.items() if order[name] < order[recipe]]
+    higher = [min(values) for name, values in losses.items()
+              if name != recipe and at_least_as_faithful(name, recipe, order)]
     return max(higher, default=0.0)
+
+
+def at_least_as_faithful(recipe: str, other: str, order: dict[str, int]) -> bool:
+    """Whether `recipe` keeps at least `other`'s quality on the same structure, as far as the search assumes: of
+    one runtime, by the ladder's order; across runtimes only when it stores every weight in at least as many bits
+    and some in more (LiteRT fp16 over ExecuTorch int8; LiteRT int8 and ExecuTorch int8 are not ordered, so
+    neither closes the other's lines)."""
+    first, second = RECIPES.get(recipe), RECIPES.get(other)
+    if first.runtime == second.runtime:
+        return order[recipe] <= order[other]
+    mine, theirs = fidelity_rank(first), fidelity_rank(second)
+    return mine != theirs and all(a <= b for a, b in zip(mine, theirs, strict=True))
 
 
 def _note_best(progress: Progress, best: BuiltArtifact | None, started: float) -> None:

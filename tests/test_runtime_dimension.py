@@ -1,0 +1,110 @@
+"""The runtime as a dimension of the fit's search: profiles list the runtimes a board has, the ladders merge by
+fidelity, the latency model never borrows across runtimes, and a real fit over ExecuTorch and LiteRT on a small
+BERT ships whichever wins, saying by how much (the search's choices against a grid: tests/test_fit_search.py)."""
+
+import json
+
+import pytest
+
+from edgeprune.cli import main
+from edgeprune.devices import load_profile
+from edgeprune.errors import UserInputError
+from edgeprune.quantize import fit_ladder
+from edgeprune.search.latency import LatencyModel
+from edgeprune.search.options import FitOptions
+from edgeprune.search.searcher import at_least_as_faithful
+
+PROFILE = """name = "board"
+description = "a board with two runtimes"
+[hardware]
+arch = "aarch64"
+cores = 4
+ram_mb = 4096
+[runtime]
+name = "executorch"
+threads = 4
+{runtimes}
+[budgets]
+max_mb = 25
+[connection]
+kind = "local"
+"""
+
+
+def test_the_ladders_merge_by_fidelity_each_keeping_its_order():
+    merged = fit_ladder(("executorch", "litert"))
+    assert merged == ("litert-fp16", "int8-linear", "int8", "litert-int8", "int8-emb4", "int4-linear", "int4")
+    assert fit_ladder(("litert", "executorch"))[:4] == ("litert-fp16", "int8-linear", "litert-int8", "int8")
+    assert fit_ladder(("executorch",)) == ("int8-linear", "int8", "int8-emb4", "int4-linear", "int4")
+    assert fit_ladder(("executorch", "litert"), ("int4", "litert-int8")) == ("int4", "litert-int8")  # as named
+    with pytest.raises(UserInputError, match="recipe 'int8' builds executorch artifacts; this fit's runtimes are "
+                                             "litert"):
+        fit_ladder(("litert",), ("int8",))
+
+
+def test_fidelity_orders_recipes_across_runtimes_only_where_every_weight_keeps_as_many_bits():
+    order = {name: index for index, name in enumerate(fit_ladder(("executorch", "litert")))}
+    assert at_least_as_faithful("litert-fp16", "int8", order)  # fp16 everywhere over int8 everywhere
+    assert not at_least_as_faithful("int8", "litert-fp16", order)
+    assert not at_least_as_faithful("litert-int8", "int8", order) and not at_least_as_faithful("int8", "litert-int8",
+                                                                                                order)
+    assert not at_least_as_faithful("litert-fp16", "int8-linear", order)  # int8-linear keeps fp32 embeddings
+    assert at_least_as_faithful("litert-int8", "int8-emb4", order) and at_least_as_faithful("int8", "int4", order)
+
+
+def test_fit_options_take_one_runtime_a_comma_list_or_a_tuple():
+    assert FitOptions(runtime="litert").runtime == ("litert",)
+    assert FitOptions(runtime="executorch, litert").runtime == ("executorch", "litert")
+    assert FitOptions(runtime=("litert", "executorch", "litert")).runtime == ("litert", "executorch")
+    with pytest.raises(UserInputError, match="unknown runtime 'onnx'"):
+        FitOptions(runtime="onnx")
+
+
+def test_a_profile_lists_its_runtimes_with_its_main_one_first(tmp_path):
+    path = tmp_path / "board.toml"
+    path.write_text(PROFILE.format(runtimes='runtimes = ["litert", "executorch"]'))
+    board = load_profile(str(path))
+    assert board.runtimes == ("executorch", "litert") and board.searched_runtimes == ("executorch", "litert")
+    path.write_text(PROFILE.format(runtimes=""))
+    assert load_profile(str(path)).searched_runtimes == ("executorch",)
+    for runtimes, message in (('runtimes = ["litert"]', "must include runtime.name = 'executorch'"),
+                              ('runtimes = ["executorch", "onnx"]', "supported: executorch, litert")):
+        path.write_text(PROFILE.format(runtimes=runtimes))
+        with pytest.raises(UserInputError, match="board.toml") as error:
+            load_profile(str(path))
+        assert message in str(error.value)
+
+
+def test_the_latency_model_borrows_within_a_runtime_never_across():
+    model = LatencyModel(peak_gflops=100.0)
+    model.observe("int8", 1_000_000_000, 10.0)
+    assert model.basis("int4") == "borrowed" and model.predict("int4", 500_000_000) == pytest.approx(5.0)
+    assert model.basis("litert-int8") == "roofline"  # LiteRT measured nothing yet: the profile's lower bound
+    assert model.predict("litert-int8", 1_000_000_000) == pytest.approx(10.0)  # 1 GFLOP at 100 GFLOP/s
+
+
+@pytest.mark.integration
+def test_a_fit_over_both_runtimes_ships_the_winner_and_says_by_how_much(small_bert_dir, tmp_path, capsys):
+    # on this 2-layer BERT (32 tokens) LiteRT's int8 ran in 0.12 ms and ExecuTorch's in 0.55 ms p50 here: a budget
+    # between them that only LiteRT meets, with room for noise on both sides
+    out = tmp_path / "fit"
+    code = main(["fit", "--model", str(small_bert_dir), "--runtime", "executorch,litert", "--recipe", "int8",
+                 "--recipe", "litert-int8", "--max-latency-ms", "0.25", "--ffn-fractions", "0", "--layer-removals",
+                 "0", "--no-trim-vocab", "--max-length", "32", "--scoring-examples", "32", "--out", str(out), "--json",
+                 "--quiet"])
+    result = json.loads(capsys.readouterr().out)
+    assert code == 0, result["message"]
+    fitted = result["fitted"]
+    assert fitted["recipe"]["name"] == "litert-int8" and fitted["benchmark"]["measured"]
+    assert (out / "model.tflite").is_file() and not (out / "model.pte").exists()
+    assert json.loads((out / "model.json").read_text())["runtime"]["name"] == "litert"
+    assert result["reproduce"]["runtime"] == "litert"
+    assert result["reproduce"]["options"]["runtime"] == ["executorch", "litert"]
+    executorch = [c for c in result["candidates"] if c["recipe"]["runtime"] == "executorch" and c["benchmark"]]
+    assert executorch, "ExecuTorch's int8 is built first (the first runtime named) and measured over the budget"
+    best_other = min(c["benchmark"]["p50_ms"] for c in executorch)
+    report = (out / "report.md").read_text()
+    assert "Runtimes searched (measured): litert (litert-int8, " in report
+    assert " won; best of executorch (int8, " in report
+    assert f"{best_other / fitted['benchmark']['p50_ms']:.2f}× the winner's" in report
+    assert "Runtimes searched (measured)" in (out / "report.html").read_text()
