@@ -72,6 +72,9 @@ COVERED_ELSEWHERE: dict[str, str] = {
     "make demo": "tests/test_minilm_fit.py runs its `edgeprune fit --device host --max-mb 30` on the bundled MiniLM "
                  "(int8 rung, heads and vocabulary only: the whole space takes minutes)",
     "make test": "runs this suite, this test included",
+    "edgeprune fit --device host --runtime executorch,litert --max-latency-ms 8":
+        "a whole MiniLM fit over both runtimes (minutes; measured in docs/FINDINGS.md): "
+        "tests/test_runtime_dimension.py fits a small BERT over both runtimes through the CLI, LiteRT winning",
     "pip install 'edgeprune[executorch]'": INSTALLS,
     "pip install 'edgeprune[litert]'": INSTALLS,
     "pip install 'edgeprune[demo]'": INSTALLS,
