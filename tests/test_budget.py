@@ -60,13 +60,28 @@ def test_check_reports_every_set_budget_with_its_value_and_source():
     by_name = {c.name: c for c in checks}
     assert by_name["size"].passed and by_name["size"].value == 9.0
     assert not by_name["latency p90"].passed and by_name["latency p90"].value == 12.0
-    assert by_name["peak memory"].passed and by_name["peak memory"].source == "measured"
+    assert by_name["memory the artifact adds"].passed and by_name["memory the artifact adds"].source == "measured"
     assert not by_name["energy per inference"].passed
     assert by_name["energy per inference"].source == "estimated:power-model"
     floor = by_name["min accuracy (validation)"]
     assert floor.limit == pytest.approx(0.9504) and not floor.passed  # 1 % below 0.96 is 0.9504 > 0.95
     better = budget.check(9_000_000, None, Quality("accuracy", 0.951), Quality("accuracy", 0.96))[-1]
     assert better.passed
+
+
+def test_memory_is_what_the_artifact_adds_unless_the_process_is_asked_for():
+    python_runner = bench(peak=420.0, rss_before_load_mb=357.0)  # the interpreter and torch before the program
+    artifact, process = Budget(max_memory_mb=100), Budget(max_memory_mb=100, memory_measure="process")
+    assert artifact.memory(python_runner) == pytest.approx(63.0) and process.memory(python_runner) == 420.0
+    [added], [peak] = artifact.check(1, python_runner, None, None), process.check(1, python_runner, None, None)
+    assert (added.name, added.value, added.passed, added.flag) == ("memory the artifact adds", 63.0, True,
+                                                                   "--max-memory-mb")
+    assert (peak.name, peak.value, peak.passed) == ("peak memory of the process", 420.0, False)
+    native_tool = bench(peak=80.0, rss_before_load_mb=None)  # benchmark_model: no interpreter to leave out
+    assert artifact.memory(native_tool) == process.memory(native_tool) == 80.0
+    assert artifact.describe() == "artifact memory under 100 MB"
+    with pytest.raises(UserInputError, match="memory measure must be one of artifact, process"):
+        Budget(memory_measure="rss")
 
 
 def test_unknown_values_never_pass():

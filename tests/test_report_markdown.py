@@ -7,7 +7,7 @@ from tests.test_report_html import TEACHER_VALIDATION, fit_result
 
 
 def test_the_budget_table_matches_the_html_report_row_for_row():
-    budget = Budget(max_mb=20, max_memory_mb=150, max_latency_ms=12, min_quality=0.95)
+    budget = Budget(max_mb=20, max_memory_mb=150, max_latency_ms=12, min_quality=0.95, memory_measure="process")
     result = fit_result(budget=budget)
     report, page = render_markdown(result), render_html(result)
     rows = budget_rows(result)
@@ -28,7 +28,7 @@ def test_a_native_benchmark_without_samples_or_memory_reads_not_measured():
                                                TEACHER_VALIDATION)
     report = render_markdown(result)
     assert "| latency p90 (measured) | 32.0 ms | not measured |" in report
-    assert "| peak memory (`--max-memory-mb`) | 150 MB | not measured | not measured | fail |" in report
+    assert "| memory the artifact adds (`--max-memory-mb`) | 150 MB | not measured | not measured | fail |" in report
     assert 'class="aggregate"' in render_html(result)  # the p50 it did report, drawn without samples
 
 

@@ -60,7 +60,11 @@ EXIT_CODES = ("0 every budget met; 2 bad input; 3 the budgets cannot be met (the
 @options(
     click.option("--max-mb", type=positive_mb, help="budget: artifact file size in MB (default: the profile's)"),
     click.option("--max-memory-mb", type=positive("megabytes", "512"),
-                 help="budget: peak memory of the running artifact in MB"),
+                 help="budget: resident memory in MB, as --memory-measure says"),
+    click.option("--memory-measure", type=click.Choice(["artifact", "process"]), default="artifact",
+                 show_default=True, help="what --max-memory-mb limits: the memory loading and running the artifact "
+                 "adds to its process (what an app pays), or the benchmark process's whole peak (a Python runner's "
+                 "includes the interpreter and the runtime)"),
     click.option("--max-latency-ms", type=positive("milliseconds", "40"),
                  help="budget: latency per inference (batch 1) in ms"),
     click.option("--latency-percentile", type=click.Choice(["50", "90", "99"]), default="50", show_default=True,
@@ -156,7 +160,7 @@ def run_fit(args: SimpleNamespace) -> int:
     lab = lab_boards(args)  # the boards file is checked before any heavy work, like the profiles
     limits = dict(max_mb=args.max_mb, max_memory_mb=args.max_memory_mb, max_latency_ms=args.max_latency_ms,
                   max_energy_mj=args.max_energy_mj, min_quality=args.min_quality,
-                  latency_percentile=args.latency_percentile)
+                  latency_percentile=args.latency_percentile, memory_measure=args.memory_measure)
     budgets = fleet_budgets(profiles, limits, args.device_budgets)
     task = task_from(args)
     options = FitOptions(criterion=args.criterion, normalize=args.normalize, compensate=not args.no_compensation,
