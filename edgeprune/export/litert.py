@@ -158,7 +158,17 @@ def _quantize(float_path: Path, recipe: Recipe) -> bytes:
     tool = quantizer.Quantizer(str(float_path))
     if recipe.litert_quantization == "dynamic-int8":
         tool.load_quantization_recipe(aeq_recipes.dynamic_wi8_afp32())
+    elif recipe.litert_quantization == "dynamic-int4":
+        # int8 per channel for every weight, then 4-bit blocks of 32 for the linears (a later rule wins for its op)
+        int4_linears = [dict(rule, operation="FULLY_CONNECTED") for rule in aeq_recipes.dynamic_wi4b32_afp32()]
+        tool.load_quantization_recipe(aeq_recipes.dynamic_wi8_afp32() + int4_linears)
     else:
         tool.add_weight_only_config(".*", qtyping.TFLOperationName.ALL_SUPPORTED, 16,
                                     algorithm_key=algorithm_manager.AlgorithmName.FLOAT_CASTING)
-    return tool.quantize().quantized_model
+    try:
+        return tool.quantize().quantized_model
+    except ValueError as error:  # e.g. a linear whose input width is no multiple of the 4-bit block (32)
+        if recipe.litert_quantization != "dynamic-int4":
+            raise
+        cause = " ".join(str(error).split()).rsplit("Error: ", 1)[-1]
+        raise VerificationError(f"{recipe.name} cannot quantize this model: {cause}") from None

@@ -32,7 +32,7 @@ class Recipe:
     # LiteRT's fp16 and dynamic-range int8 quantize the converted flatbuffer (ai-edge-quantizer), so their
     # PyTorch source stays fp32 (ai-edge-quantizer's calibrated static_wi8_ai8 was rejected on MiniLM: it left
     # most weights in float and missed the tolerance; docs/FINDINGS.md)
-    litert_quantization: Literal["fp16", "dynamic-int8"] | None = None
+    litert_quantization: Literal["fp16", "dynamic-int8", "dynamic-int4"] | None = None
     # activation ranges fixed from real calibration inputs (PT2E static int8 linears): `apply` needs them
     calibrated: bool = False
 
@@ -103,6 +103,16 @@ for _recipe in (
 # Calibrated static int8: offered by name (never in a fit ladder) and guarded by verification like every recipe.
 # On MiniLM both are rejected there (cosine 0.967 / 0.973 < 0.99, about -2 points accuracy; docs/FINDINGS.md):
 # per-tensor static activation ranges do not hold BERT's activation outliers.
+# LiteRT at 4 bits, offered by name (never in a fit ladder) and guarded by verification: on MiniLM it is rejected
+# (cosine 0.944 < 0.99). ai-edge-quantizer's other 4-bit schemes did worse there or do not exist for linears:
+# channelwise weight-only 0.858, channelwise with Hadamard rotation 0.910, blockwise weight-only not in its
+# policy for FULLY_CONNECTED (docs/FINDINGS.md)
+LITERT_INT4 = Recipe("litert-int4", "litert", "int4", "int8", 0.99,
+                     "LiteRT 4-bit linear weights in blocks of 32 with int8 activations quantized at run time "
+                     "(ai-edge-quantizer dynamic_wi4b32_afp32 on FULLY_CONNECTED); int8 per-channel for the rest",
+                     "dynamic-int4")
+RECIPES.register(LITERT_INT4.name)(LITERT_INT4)
+
 STATIC_RECIPES = (
     Recipe("int8-static", "executorch", "int8", "int8", 0.99,
            "int8 linears with static activation ranges calibrated on task inputs (PT2E, XNNPACK quantizer); "
