@@ -48,9 +48,20 @@ def one_thread():
     torch.set_num_threads(threads)
 
 
+@pytest.fixture(scope="session")
+def session_exports(tmp_path_factory) -> Path:
+    return tmp_path_factory.mktemp("exports")
+
+
 @pytest.fixture(autouse=True)
-def isolated_cache(tmp_path, monkeypatch):
-    monkeypatch.setenv("EDGEPRUNE_CACHE", str(tmp_path / "cache"))
+def isolated_cache(tmp_path_factory, monkeypatch, session_exports):
+    """A fresh cache folder per test (teachers, scores), but one export cache for the session: an export is keyed
+    by the weights, the recipe and the example's shapes, so a test finding another test's identical export gets the
+    same bytes, only sooner (a dense baseline of the shared small BERT is otherwise lowered again in every fit).
+    A test about the export cache itself points EDGEPRUNE_CACHE at a folder of its own."""
+    cache = tmp_path_factory.mktemp("cache")  # beside the test's tmp_path, which stays as the test left it
+    (cache / "exports").symlink_to(session_exports, target_is_directory=True)
+    monkeypatch.setenv("EDGEPRUNE_CACHE", str(cache))
 
 
 @pytest.fixture(scope="session")

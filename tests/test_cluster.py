@@ -157,7 +157,8 @@ def test_a_pinned_board_runs_on_the_node_with_its_resource_and_a_lab_with_none_l
         assert pool.ping("another") == "no board of profile another in the pool"
 
 
-def test_exports_started_ahead_on_ray_change_no_decision(ray_cluster, small_bert_dir, tmp_path):
+def test_exports_started_ahead_on_ray_change_no_decision(ray_cluster, small_bert_dir, tmp_path, monkeypatch):
+    monkeypatch.setenv("EDGEPRUNE_CACHE", str(tmp_path / "own-cache"))  # not the session's shared export cache
     # two lines (FFN kept, half removed): while one line's candidate is measured, the other's can be exported
     options = FitOptions(recipes=("int8",), scoring_examples=32, ffn_fractions=(0.0, 0.5), layer_removals=(0,),
                          trim_vocabulary=False, bench_runs=20, bench_warmup=1)

@@ -16,7 +16,7 @@ from edgeprune.progress import Progress
 from edgeprune.pruning.plan import PruningPlan
 from edgeprune.pruning.structure import StructurePlan
 from edgeprune.quantize import RECIPES as RECIPE_REGISTRY
-from edgeprune.quantize import fit_ladder
+from edgeprune.quantize import fidelity_rank, fit_ladder
 from edgeprune.search import Budget
 from edgeprune.search.choice import choose
 from edgeprune.search.options import FitOptions
@@ -99,10 +99,12 @@ class WorldBuilder:
         known = recipe.name if recipe.name in self.measured else next(iter(same_runtime), None)
         return None if known is None else latency_ms(known, shape)
 
-    def latency_slack(self, recipe) -> float:  # as CandidateBuilder.latency_slack: 3 on another recipe's figures
+    def latency_slack(self, recipe) -> float:  # as CandidateBuilder.latency_slack: 3 on a wider recipe's figures
         if recipe.name in self.measured:
             return 1.05
-        return 3.0 if any(RECIPE_REGISTRY.get(r).runtime == recipe.runtime for r in self.measured) else 1.15
+        lender = next(iter(sorted(r for r in self.measured if RECIPE_REGISTRY.get(r).runtime == recipe.runtime)), None)
+        wider = lender is not None and fidelity_rank(RECIPE_REGISTRY.get(lender))[0] < fidelity_rank(recipe)[0]
+        return 3.0 if wider else 1.15
 
     def proxy(self, shape: Shape) -> Quality:
         self.proxies.add(shape.structure)

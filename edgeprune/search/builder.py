@@ -31,7 +31,7 @@ from edgeprune.pruning import PruningPlan, measure_flops, plan_global_topk
 from edgeprune.pruning.compensation import HeadOutputMeans
 from edgeprune.pruning.ffn import intermediate_sizes, plan_neurons
 from edgeprune.pruning.structure import StructureCompensation, StructurePlan, apply_structure, ffn_kept_from_removal
-from edgeprune.quantize import CALIBRATION_EXAMPLES, FP32_RECIPE, RECIPES, Recipe, SizeModel
+from edgeprune.quantize import CALIBRATION_EXAMPLES, FP32_RECIPE, RECIPES, Recipe, SizeModel, fidelity_rank
 from edgeprune.quantize.size_model import ParameterLayout, payload_bytes
 from edgeprune.quantize.vocabulary import VocabularyMap, trim_vocabulary
 from edgeprune.search.budget import Budget
@@ -50,9 +50,11 @@ if TYPE_CHECKING:  # Ray is an extra: the pool is imported only where one is mad
 
 LATENCY_MODEL_SLACK = 1.15  # benchmark anyway when the latency model predicts within 15 % of the budget
 FITTED_LATENCY_SLACK = 1.05  # the same once the recipe's own line is fitted to two measurements
-# ... and while a recipe borrows another recipe's measurements (of its runtime): int8 ran 2.2× (ExecuTorch) and
-# 2.8× (LiteRT) faster than fp32 on MiniLM at one thread (docs/FINDINGS.md, export matrix), so a borrowed figure
-# may be that far off in either direction; skip on it only beyond what such a gap explains
+# ... and while a recipe borrows the measurements of a recipe of its runtime that keeps its linears in more bits:
+# int8 ran 2.2× (ExecuTorch) and 2.8× (LiteRT) faster than fp32 on MiniLM at one thread (docs/FINDINGS.md, export
+# matrix), so such a figure may be that far too slow; skip on it only beyond what that gap explains. (Fewer bits
+# were never slower than that here: ExecuTorch's int4 runs a little slower than its int8, so a figure borrowed
+# from a recipe with as few bits or fewer keeps the usual slack.)
 BORROWED_LATENCY_SLACK = 3.0
 
 
@@ -245,10 +247,11 @@ class CandidateBuilder:
         return self.latency_model.predict(recipe.name, self.flops(shape), self.predict_bytes(shape, recipe))
 
     def latency_slack(self, recipe: Recipe) -> float:
-        """How far over the budget a predicted latency may be and still be built: widest on another recipe's
-        measurements, wide while the model extrapolates from one point, narrow once a line is fitted to two of this
-        recipe's measurements."""
-        if self.latency_model.basis(recipe.name) == "borrowed":
+        """How far over the budget a predicted latency may be and still be built: widest on the measurements of a
+        recipe with more bits, wide while the model extrapolates from one point or another recipe, narrow once a
+        line is fitted to two of this recipe's measurements."""
+        lender = self.latency_model.lender(recipe.name) if self.latency_model.basis(recipe.name) == "borrowed" else None
+        if lender is not None and fidelity_rank(RECIPES.get(lender))[0] < fidelity_rank(recipe)[0]:
             return BORROWED_LATENCY_SLACK
         points = {flops for flops, _ in self.latency_model.observations.get(recipe.name, [])}
         return LATENCY_MODEL_SLACK if len(points) < 2 else FITTED_LATENCY_SLACK

@@ -64,10 +64,15 @@ class LatencyModel:
         return mean_ms + slope * (flops - mean_f)
 
 
-    def _borrowed(self, recipe: str) -> list[tuple[int, float]] | None:
-        """The first measured recipe of `recipe`'s runtime (any measured one for names not registered)."""
+    def lender(self, recipe: str) -> str | None:
+        """The recipe whose measurements `recipe` borrows: the first measured of its runtime (any measured one for
+        names not registered), or None."""
         runtime = _runtime(recipe)
-        return next((points for name, points in self.observations.items() if _runtime(name) == runtime), None)
+        return next((name for name in self.observations if name != recipe and _runtime(name) == runtime), None)
+
+    def _borrowed(self, recipe: str) -> list[tuple[int, float]] | None:
+        lender = self.lender(recipe)
+        return None if lender is None else self.observations[lender]
 
 
 def _runtime(recipe: str) -> str | None:
