@@ -18,7 +18,7 @@ from edgeprune.cli.devices import devices_group
 from edgeprune.cli.fit import fit_command
 from edgeprune.cli.pruning import prune_command, score_command
 from edgeprune.cli.recovery import distill_command
-from edgeprune.errors import EdgepruneError
+from edgeprune.errors import EdgepruneError, UserInputError
 
 DEBUG_FLAG = "--debug"
 QUIET_FLAG, VERBOSE_FLAG = "--quiet", "--verbose"  # global: accepted before or after the verb, by every verb
@@ -87,7 +87,10 @@ def parse_options(argv: Sequence[str]) -> dict[str, Any]:
     command: click.Command = cli
     while isinstance(command, click.Group):
         name, rest = rest[0], rest[1:]
-        command = command.get_command(context, name) or cli.fail(f"no verb {name!r}")  # type: ignore[assignment]
+        found = command.get_command(context, name)
+        if found is None:
+            raise UserInputError(f"no verb {name!r}; see edgeprune --help")
+        command = found
         group = isinstance(command, click.Group)
         context = command.make_context(name, [] if group else list(rest), parent=context, resilient_parsing=group)
     return dict(context.params)

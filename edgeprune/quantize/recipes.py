@@ -100,9 +100,6 @@ for _recipe in (
 ):
     RECIPES.register(_recipe.name)(_recipe)
 
-# Calibrated static int8: offered by name (never in a fit ladder) and guarded by verification like every recipe.
-# On MiniLM both are rejected there (cosine 0.967 / 0.973 < 0.99, about -2 points accuracy; docs/FINDINGS.md):
-# per-tensor static activation ranges do not hold BERT's activation outliers.
 # LiteRT at 4 bits, offered by name (never in a fit ladder) and guarded by verification: on MiniLM it is rejected
 # (cosine 0.944 < 0.99). ai-edge-quantizer's other 4-bit schemes did worse there or do not exist for linears:
 # channelwise weight-only 0.858, channelwise with Hadamard rotation 0.910, blockwise weight-only not in its
@@ -113,6 +110,9 @@ LITERT_INT4 = Recipe("litert-int4", "litert", "int4", "int8", 0.99,
                      "dynamic-int4")
 RECIPES.register(LITERT_INT4.name)(LITERT_INT4)
 
+# Calibrated static int8: offered by name (never in a fit ladder) and guarded by verification like every recipe.
+# On MiniLM both are rejected there (cosine 0.967 / 0.973 < 0.99, about -2 points accuracy; docs/FINDINGS.md):
+# per-tensor static activation ranges do not hold BERT's activation outliers.
 STATIC_RECIPES = (
     Recipe("int8-static", "executorch", "int8", "int8", 0.99,
            "int8 linears with static activation ranges calibrated on task inputs (PT2E, XNNPACK quantizer); "

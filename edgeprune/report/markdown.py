@@ -98,8 +98,9 @@ def render_markdown(result: FitResult) -> str:
     ]
     if speedup is not None:
         lines.append(f"Fitted p50 speed-up over the dense fp32 artifact: {speedup:.2f}× (same run, same threads).")
-    if runtime_summary(result):
-        lines += ["", runtime_summary(result)]
+    runtimes = runtime_summary(result)
+    if runtimes:
+        lines += ["", runtimes]
     if bench is not None:
         lines += ["", f"Benchmarks: {bench.device}, runtime {bench.runtime}, {bench.threads} threads, "
                   f"{bench.warmup_runs} warm-up and {bench.timed_runs} timed runs, each artifact in its own process."]
