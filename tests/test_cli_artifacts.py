@@ -45,7 +45,8 @@ def test_quantize_saves_a_module_pytorch_can_run(tiny_bert_dir, tmp_path, capsys
         (["export", "--runtime", "executorch", "--out", "x.tflite"], "executorch artifacts end in .pte"),
         (["quantize", "--recipe", "litert-int8", "--out", "x.pt2"], "use `edgeprune export --runtime litert"),
         (["bench", "missing.pte"], "does not exist"),
-        (["fit", "--max-mb", "30", "--runtime", "litert", "--recipe", "int8"], "not litert; litert recipes"),
+        (["fit", "--max-mb", "30", "--runtime", "litert", "--recipe", "int8"],
+         "this fit's runtimes are litert (add --runtime litert,executorch)"),
         (["fit", "--max-mb", "30", "--recipe", "int3"], "'int3' is not one of"),
     ],
 )

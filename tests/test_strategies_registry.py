@@ -56,5 +56,8 @@ def test_the_cli_offers_exactly_the_registered_strategies_and_runtimes():
         return list(next(p for p in cli.commands[verb].params if p.name == option).type.choices)
 
     assert choices("prune", "strategy") == STRATEGIES.names() == ["global-topk", "per-layer", "threshold"]
-    for verb in ("fit", "export", "bench"):
+    for verb in ("export", "bench"):
         assert choices(verb, "runtime") == RUNTIMES.names()
+    fit_runtime = next(p for p in cli.commands["fit"].params if p.name == "runtime").type  # one or several
+    assert fit_runtime.name == "|".join(RUNTIMES.names()) + "[,...]"
+    assert fit_runtime.convert("litert,executorch", None, None) == ("litert", "executorch")

@@ -80,6 +80,7 @@ EXIT_CODES = ("0 every budget met; 2 bad input; 3 the budgets cannot be met (the
     click.option("--resume", type=click.Path(path_type=Path), metavar="DIR",
                  help="continue an interrupted fit into DIR"),
     click.option("--runtime", type=Parsed(runtime_list, "|".join(RUNTIMES.names()) + "[,...]"),
+                 metavar="|".join(RUNTIMES.names()) + "[,...]",
                  help="the runtimes to search, comma-separated (e.g. executorch,litert: the search picks the runtime "
                  "too); default: the profile's runtime.runtimes, else its runtime"),
     click.option("--recipe", multiple=True, type=click.Choice(RECIPES.names()), help="quantization recipe to use "
