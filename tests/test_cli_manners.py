@@ -9,6 +9,7 @@ import pytest
 from click.testing import CliRunner
 
 from edgeprune.cli import cli, parse_options
+from edgeprune.errors import UserInputError
 from edgeprune.quantize import RECIPES
 from edgeprune.search.fit import default_out_dir
 
@@ -88,6 +89,9 @@ def test_the_project_file_reaches_the_devices_sub_commands(tmp_path, monkeypatch
     assert parse_options(["devices", "setup", "pi5"])["offline"] is True
     assert parse_options(["devices", "check", "pi5"])["ssh"] == "pi@board.local"
     assert "offline" not in parse_options(["devices", "check", "pi5"])  # not an option of check, not refused
+    (tmp_path / "edgeprune.toml").write_text('[devices]\nofline = true\n')  # no sub-command has it: refused
+    with pytest.raises(UserInputError, match="devices.ofline is not an option of any `devices` sub-command"):
+        parse_options(["devices", "setup", "pi5"])
 
 
 def test_fit_output_folders_go_under_edgeprune_runs(tmp_path, monkeypatch):

@@ -13,22 +13,9 @@ from edgeprune.quantize import fit_ladder
 from edgeprune.search.latency import LatencyModel
 from edgeprune.search.options import FitOptions
 from edgeprune.search.searcher import at_least_as_faithful
+from tests.test_device_profiles import GOOD
 
-PROFILE = """name = "board"
-description = "a board with two runtimes"
-[hardware]
-arch = "aarch64"
-cores = 4
-ram_mb = 4096
-[runtime]
-name = "executorch"
-threads = 4
-{runtimes}
-[budgets]
-max_mb = 25
-[connection]
-kind = "local"
-"""
+PROFILE = GOOD.replace("threads = 4\n", "threads = 4\n{runtimes}\n")  # the profile tests' board, + runtimes
 
 
 def test_the_ladders_merge_by_fidelity_each_keeping_its_order():

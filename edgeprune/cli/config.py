@@ -61,20 +61,26 @@ def project_defaults(group: click.Group, explicit: Path | None) -> dict[str, Any
     if path is None:
         return {}
     verbs = leaf_commands(group)
+    keys = {name: option_keys(command) for name, command in verbs.items()}
     tables = {name.split()[0] for name in verbs}
-    known = {key for command in verbs.values() for key in option_keys(command)} | {"fleet"}
+    known = {key for verb_keys in keys.values() for key in verb_keys} | {"fleet"}
     for key, value in data.items():
         if isinstance(value, dict):
             if key not in tables:
                 raise UserInputError(f"{path}: [{key}] is not a verb; tables may be one of: "
                                      f"{', '.join(sorted(tables))}")
+            group_keys = {k for name, verb_keys in keys.items() if name.startswith(f"{key} ") for k in verb_keys}
+            strangers = [inner for inner in value if group_keys and _dest(inner) not in group_keys]
+            if strangers:  # [devices]: each key must be an option of one of its sub-commands
+                raise UserInputError(f"{path}: {key}.{strangers[0]} is not an option of any `{key}` sub-command; "
+                                     f"options: {', '.join(sorted(group_keys))}")
         elif _dest(key) not in known:
             raise UserInputError(f"{path}: unknown key {key!r}; keys are the long options of the verbs, e.g. "
                                  f"{', '.join(sorted(known)[:12])}, ...")
     default_map: dict[str, Any] = {}
-    for name, command in verbs.items():
+    for name, verb_keys in keys.items():
         table = data.get(name.split()[0], {})
-        values = {**_top_level(path, command, name, data), **_table(path, command, name, table)}
+        values = {**_top_level(path, verb_keys, name, data), **_table(path, verb_keys, name, table)}
         if values:
             target = default_map
             for part in name.split()[:-1]:
@@ -107,23 +113,23 @@ def option_keys(command: click.Command) -> dict[str, tuple[click.Option, bool]]:
     return keys
 
 
-def _top_level(path: Path, command: click.Command, verb: str, data: dict[str, Any]) -> dict[str, Any]:
+def _top_level(path: Path, keys: dict[str, tuple[click.Option, bool]], verb: str,
+               data: dict[str, Any]) -> dict[str, Any]:
     """Top-level keys apply to every verb that has the option (`fleet` is fit's --device repeated)."""
-    keys = option_keys(command)
     values = {}
     for key, value in data.items():
         if isinstance(value, dict):
             continue
         dest = "device" if key == "fleet" and verb == "fit" else _dest(key)
-        if dest in keys and not (key == "fleet" and verb != "fit"):
+        if dest in keys:
             param, negative = keys[dest]
             values[param.name] = _convert(path, key, param, negative, value)
     return values
 
 
-def _table(path: Path, command: click.Command, verb: str, table: dict[str, Any]) -> dict[str, Any]:
+def _table(path: Path, keys: dict[str, tuple[click.Option, bool]], verb: str,
+           table: dict[str, Any]) -> dict[str, Any]:
     """A [verb] table's keys: each must be an option of that verb (of one of them, for a group's table)."""
-    keys = option_keys(command)
     values: dict[str, Any] = {}
     table_name = verb.split()[0]
     for key, value in table.items():
