@@ -13,6 +13,7 @@ from edgeprune.quantize import fit_ladder
 from edgeprune.search.latency import LatencyModel
 from edgeprune.search.options import FitOptions
 from edgeprune.search.searcher import at_least_as_faithful
+from tests.conftest import small_vocab_tokenizer_files, tiny_bert
 from tests.test_device_profiles import GOOD
 
 PROFILE = GOOD.replace("threads = 4\n", "threads = 4\n{runtimes}\n")  # the profile tests' board, + runtimes
@@ -70,6 +71,17 @@ def test_the_latency_model_borrows_within_a_runtime_never_across():
     assert model.predict("litert-int8", 1_000_000_000) == pytest.approx(10.0)  # 1 GFLOP at 100 GFLOP/s
 
 
+@pytest.fixture(scope="module")
+def runtime_bert_dir(tmp_path_factory):
+    """The shared small BERT's shape with seed 3: its dense LiteRT int8 export verifies at cosine 0.9977 against the
+    task's teacher (seed 1's at 0.9892, under the 0.99 the recipe requires, so LiteRT could never win on it)."""
+    folder = tmp_path_factory.mktemp("runtime-bert")
+    vocab_size = small_vocab_tokenizer_files(folder)
+    tiny_bert(seed=3, vocab_size=vocab_size, hidden_size=128, num_hidden_layers=2, num_attention_heads=4,
+              intermediate_size=128, max_position_embeddings=64).save_pretrained(folder)
+    return folder
+
+
 def _dense_p50(model_dir, runtime: str, recipe: str, path, capsys) -> float:
     """The p50 of the model's dense export with `recipe`, benchmarked as fit benchmarks (its own process)."""
     assert main(["export", "--model", str(model_dir), "--max-length", "32", "--runtime", runtime, "--recipe", recipe,
@@ -80,15 +92,15 @@ def _dense_p50(model_dir, runtime: str, recipe: str, path, capsys) -> float:
 
 
 @pytest.mark.integration
-def test_a_fit_over_both_runtimes_ships_the_winner_and_says_by_how_much(small_bert_dir, tmp_path, capsys):
+def test_a_fit_over_both_runtimes_ships_the_winner_and_says_by_how_much(runtime_bert_dir, tmp_path, capsys):
     # on this 2-layer BERT (32 tokens) LiteRT's int8 ran in 0.12 ms and ExecuTorch's in 0.55 ms p50 here: a budget
     # between the two, measured now, that only LiteRT meets, with as much room for noise on both sides as they give
-    litert = _dense_p50(small_bert_dir, "litert", "litert-int8", tmp_path / "probe.tflite", capsys)
-    executorch = _dense_p50(small_bert_dir, "executorch", "int8", tmp_path / "probe.pte", capsys)
+    litert = _dense_p50(runtime_bert_dir, "litert", "litert-int8", tmp_path / "probe.tflite", capsys)
+    executorch = _dense_p50(runtime_bert_dir, "executorch", "int8", tmp_path / "probe.pte", capsys)
     assert executorch > 1.5 * litert, (executorch, litert)
     budget = (executorch * litert) ** 0.5
     out = tmp_path / "fit"
-    code = main(["fit", "--model", str(small_bert_dir), "--runtime", "executorch,litert", "--recipe", "int8",
+    code = main(["fit", "--model", str(runtime_bert_dir), "--runtime", "executorch,litert", "--recipe", "int8",
                  "--recipe", "litert-int8", "--max-latency-ms", f"{budget:.4f}", "--ffn-fractions", "0",
                  "--layer-removals", "0", "--no-trim-vocab", "--max-length", "32", "--scoring-examples", "32", "--out",
                  str(out), "--json", "--quiet"])
@@ -103,7 +115,10 @@ def test_a_fit_over_both_runtimes_ships_the_winner_and_says_by_how_much(small_be
     assert result["reproduce"]["options"]["runtime"] == ["executorch", "litert"]
     executorch = [c for c in result["candidates"] if c["recipe"]["runtime"] == "executorch" and c["benchmark"]]
     assert executorch, "ExecuTorch's int8 is built first (the first runtime named) and measured over the budget"
-    best_other = min(c["benchmark"]["p50_ms"] for c in executorch)
+    # the report compares with the runtime's best candidate: within budget first, then quality, then speed
+    best_other = max(executorch, key=lambda c: (all(check["passed"] for check in c["checks"]),
+                                                c["validation_quality"]["value"], -c["benchmark"]["p50_ms"]))
+    best_other = best_other["benchmark"]["p50_ms"]
     report = (out / "report.md").read_text()
     assert "Runtimes searched (measured): litert (litert-int8, " in report
     assert " won; best of executorch (int8, " in report
