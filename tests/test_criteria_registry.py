@@ -53,11 +53,13 @@ def test_a_failure_mid_scoring_leaves_no_hooks_and_restores_the_model(name):
     assert list(model.encoder.encoder.layer) == layers
 
 
-def test_score_heads_defaults_to_fits_criterion_and_score_layers_to_angular_distance():
+def test_score_heads_defaults_to_fits_first_candidate_and_score_layers_to_angular_distance():
     from edgeprune.search.options import FitOptions
+    from edgeprune.search.scoring import CANDIDATES
 
     model = classifier(tiny_bert())
-    assert score_heads(model, batches(count=1)).criterion == FitOptions().criterion == "fluctuation"
+    assert FitOptions().criterion == "auto"  # fit measures; without data the API takes auto's default (its first)
+    assert score_heads(model, batches(count=1)).criterion == CANDIDATES[0].criterion == "fluctuation"
     assert score_layers(model, batches(count=1)).criterion == "angular-distance"
     assert LAYER_CRITERIA.names() == ["angular-distance"]
     assert edgeprune.score_layers is score_layers and edgeprune.LayerScores is LayerScores

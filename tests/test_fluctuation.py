@@ -61,11 +61,16 @@ def test_a_head_with_constant_output_scores_zero():
     with torch.no_grad():  # values independent of the token: the head outputs its bias, a constant vector
         value.weight[2 * HEAD_SIZE:3 * HEAD_SIZE] = 0
         value.bias[2 * HEAD_SIZE:3 * HEAD_SIZE] = 1.5
-    for form in ("projected", "flap"):
+    for form in ("projected", "flap", "relative"):
         scores = Fluctuation(form).score(classifier(encoder), batches()).scores
         assert abs(scores[1, 2]) < 1e-9 and np.all(np.delete(scores.ravel(), HEADS + 2) > 1e-6)
 
 
+def test_the_default_form_is_relative():
+    assert Fluctuation().form == "relative"
+    assert score_heads(classifier(), batches(), "fluctuation").extra == {"form": "relative"}
+
+
 def test_an_unknown_form_is_refused():
-    with pytest.raises(ValueError, match="projected, flap"):
+    with pytest.raises(ValueError, match="projected, flap, relative"):
         Fluctuation("variance")

@@ -13,7 +13,8 @@ from edgeprune.cli import main
 from edgeprune.devices import load_profile
 from edgeprune.progress import Progress
 from edgeprune.search.builder import CandidateBuilder
-from edgeprune.search.fit import FitOptions, journaled_head_scores
+from edgeprune.search.options import FitOptions
+from edgeprune.search.scoring import journaled_head_scores, normalization
 from edgeprune.search.journal import Journal
 from edgeprune.search.space import Shape
 from edgeprune.tasks import bundled_task
@@ -25,10 +26,11 @@ def _fits_builder(model_dir, work):
     """Fit's own scoring and candidate builder on the task the CLI flags below describe."""
     task = bundled_task("minilm-bbc", model_path=model_dir, max_length=MAX_LENGTH, progress=Progress(enabled=False))
     options = FitOptions(scoring_examples=EXAMPLES)
-    teacher = task.teacher().model
+    dense = task.teacher()
+    teacher = dense.model
     journal = Journal(work / "journal.jsonl", {}, resume=False)
-    scores = journaled_head_scores(task, teacher, options, task.progress, journal)
-    ranked = scores.normalize_per_layer(options.normalize)  # as fit_task ranks them
+    scores = journaled_head_scores(task, teacher, options, task.progress, journal, reference=dense.validation)
+    ranked = scores.normalize_per_layer(normalization(scores, options))  # as fit_task ranks them
     builder = CandidateBuilder(teacher, ranked, task, options, work, task.progress, "executorch",
                                load_profile("host"), None, journal)
     return task, teacher, scores, builder

@@ -96,10 +96,12 @@ EXIT_CODES = ("0 every budget met; 2 bad input; 3 the budgets cannot be met (the
                  "(default: one standard error of the dense model's validation accuracy; 0 for other metrics)"),
     click.option("--require-device", is_flag=True,
                  help="exit 5 when the device is unreachable instead of fitting on estimated figures"),
-    click.option("--criterion", type=click.Choice(CRITERIA.names()), default="fluctuation", show_default=True,
-                 help="head importance criterion"),
-    click.option("--normalize", type=click.Choice(["none", "l2", "zscore"]), default="none", show_default=True,
-                 help="per-layer normalization of the scores"),
+    click.option("--criterion", type=click.Choice(["auto", *CRITERIA.names()]), default="auto", show_default=True,
+                 help="head importance criterion; auto compares fluctuation and Taylor on the model and keeps the "
+                 "one whose pruned model measures better on the validation split (PyTorch)"),
+    click.option("--normalize", type=click.Choice(["none", "l2", "zscore"]),
+                 help="per-layer normalization of the scores (default: the chosen scoring's; none for a named "
+                 "criterion)"),
     click.option("--no-compensation", is_flag=True,
                  help="remove heads outright instead of folding their mean outputs into the output bias"),
     click.option("--scoring-examples", type=int, default=256, show_default=True,
@@ -142,7 +144,6 @@ def run_fit(args: SimpleNamespace) -> int:
         raise UserInputError("--ssh, --adb, --identity and --trust-on-first-use describe one device's connection; "
                              "in a fleet each device's profile ([connection]) says how to reach it")
     profile = dataclasses.replace(profiles[0], endpoint=endpoint_from(profiles[0], args))
-    CRITERIA.get(args.criterion)
     for each in profiles:
         fit_ladder(args.runtime or each.searched_runtimes, args.recipe)  # a recipe of another runtime: one line
     # one device: its runtimes, named (as before fleets); a fleet: each device's own unless --runtime says

@@ -31,8 +31,9 @@ CALIBRATION_BATCH_SIZE = 16  # what fit scores and measures mean outputs with (F
                                       "edgeprune score --criterion taylor --model my-bert/ --data reviews.csv "
                                       "--out scores.json"], "0 written; 2 bad input"))
 @task_options()
-@click.option("--criterion", type=click.Choice(CRITERIA.names()), help="head importance criterion (default: the "
-              f"one fit uses for the model, {default_scoring().criterion} for encoders)")
+@click.option("--criterion", type=click.Choice(["auto", *CRITERIA.names()]), default="auto", show_default=True,
+              help="head importance criterion; auto chooses as fit does: fluctuation and Taylor compared by the "
+              "validation quality of the model each ranking prunes to half its heads (PyTorch)")
 @click.option("--examples", type=int, default=256, show_default=True, help="calibration documents to score on")
 @click.option("--out", type=click.Path(path_type=Path), required=True, help="where to write the scores as JSON")
 @click.option("--json", is_flag=True, help="print a summary of what was written as JSON")
@@ -83,6 +84,7 @@ def prune_command(no_normalize: bool, **values: object) -> int:
 
 def run_score(args: SimpleNamespace) -> int:
     from edgeprune.importance import score_heads
+    from edgeprune.search.scoring import SCORING_KEY, measured_head_scores, scoring_decision
     from edgeprune.serialization import write_json_atomic
 
     if args.examples < 1:
@@ -90,18 +92,25 @@ def run_score(args: SimpleNamespace) -> int:
     check_output_file(args.out)
     task = task_from(args)
     teacher = task.teacher()
-    criterion = args.criterion or default_scoring(teacher.model).criterion
-    with task.progress.task(f"scoring heads ({criterion})", args.examples) as bar:
-        scores = score_heads(teacher.model, bar.track(task.batches("calibration", CALIBRATION_BATCH_SIZE,
-                                                                   limit=args.examples)),
-                             criterion, loss_fn=task.loss)
+    if args.criterion in (None, "auto"):
+        scores = measured_head_scores(task, teacher.model, teacher.validation, args.examples, CALIBRATION_BATCH_SIZE)
+    else:
+        with task.progress.task(f"scoring heads ({args.criterion})", args.examples) as bar:
+            scores = score_heads(teacher.model, bar.track(task.batches("calibration", CALIBRATION_BATCH_SIZE,
+                                                                       limit=args.examples)),
+                                 args.criterion, loss_fn=task.loss)
     write_json_atomic(args.out, scores.to_dict())
+    decision = scoring_decision(scores)
     if args.json:
         print(json.dumps({"scores": str(args.out), "criterion": scores.criterion, "layers": scores.scores.shape[0],
-                          "heads_per_layer": scores.scores.shape[1], "examples": scores.num_examples}, indent=2))
+                          "heads_per_layer": scores.scores.shape[1], "examples": scores.num_examples,
+                          "normalize": decision.choice.normalize if decision else None,
+                          "scoring_decision": scores.extra.get(SCORING_KEY)}, indent=2))
         return EXIT_OK
     print(f"wrote {args.out}: {scores.scores.shape[0]} layers x {scores.scores.shape[1]} heads, "
           f"criterion {scores.criterion}, {scores.num_examples} examples")
+    if decision is not None:
+        print(decision.describe())
     return EXIT_OK
 
 
@@ -110,6 +119,7 @@ def run_prune(args: SimpleNamespace) -> int:
     from edgeprune.models.hub import model_folder
     from edgeprune.models.io import load, save
     from edgeprune.pruning import Constraints, PruningPlan, SelectionAmount, plan_heads, prune
+    from edgeprune.search.scoring import scoring_decision
     from edgeprune.serialization import write_json_atomic
     from edgeprune.tasks import minilm_model_path
     from edgeprune.tasks.compatibility import check_model_folder
@@ -136,8 +146,9 @@ def run_prune(args: SimpleNamespace) -> int:
     model = load(model_path)
     choice = default_scoring(model)
     if args.plan is None:
-        plan = plan_heads(args.strategy, scores.normalize_per_layer(args.normalize or choice.normalize), amount,
-                          constraints)
+        decision = scoring_decision(scores)  # scores chosen by measurement carry their normalization
+        normalize = args.normalize or (decision.choice.normalize if decision else choice.normalize)
+        plan = plan_heads(args.strategy, scores.normalize_per_layer(normalize), amount, constraints)
     compensate = choice.compensate if args.compensate is None else args.compensate
     batches = calibration_inputs(args) if compensate else None
     model = prune(model, plan, batches, compensate=compensate)

@@ -26,6 +26,7 @@ from edgeprune.report.facts import (
     verdict,
 )
 from edgeprune.search.result import BuiltArtifact, FitResult
+from edgeprune.search.scoring import scoring_decision
 
 HIDDEN_PROFILE_KEYS = ("name", "source", "endpoint", "python")  # how to reach the device is not a fact about it
 
@@ -211,7 +212,8 @@ def provenance_table(result: FitResult) -> Table:
          + (f", {test.examples} examples" if test else ""), badge(MEASURED if test else NOT_MEASURED)],
         [f"dense teacher {metric}", "PyTorch on the test split",
          badge(MEASURED if teacher_quality(result) else NOT_MEASURED)],
-        ["head importance", f"{scores.criterion} on {scores.num_examples} calibration examples",
+        ["head importance", f"{scores.criterion} on {scores.num_examples} calibration examples"
+         + (f"; {decision.describe()}" if (decision := scoring_decision(scores)) else ""),
          badge(MEASURED if scores.scores.size and not np.isnan(scores.scores).all() else NOT_MEASURED)],
         ["agreement with PyTorch", f"worst cosine over {fitted.verification.num_inputs} validation inputs",
          badge(MEASURED)],

@@ -65,7 +65,7 @@ class CandidateBuilder:
                  progress: Progress, runtime: str, profile: DeviceProfile, device_link: Transport | None,
                  journal: Journal, vocabulary: VocabularyMap | None = None,
                  estimator: HostEstimator | None = None, shared: SharedWork | None = None,
-                 boards: "BoardPool | None" = None) -> None:
+                 boards: "BoardPool | None" = None, means: HeadOutputMeans | None = None) -> None:
         self.teacher = teacher
         self.vocabulary = vocabulary  # the trimmed vocabulary shapes with trim_vocabulary use
         # what does not depend on the device (means, statistics, layouts, estimates, runtime qualities): another
@@ -97,7 +97,8 @@ class CandidateBuilder:
         self._core = self.shared.core  # shapes at the ends of a line → parameters outside the embeddings
         self._size_observed: set[tuple[str, Shape]] = set()  # candidates the size model has learnt from
         self._recovered = self.shared.recovered  # heads removed → recovered model, reused by later candidates
-        self.means = self._head_means() if options.compensate else None
+        # the dense teacher's head means (`scoring.dense_head_means`), measured here when the caller has not
+        self.means = means if means is not None or not options.compensate else self._head_means()
         self.started = time.perf_counter()
 
     def _input_batches(self) -> list[dict[str, torch.Tensor]]:

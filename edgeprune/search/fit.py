@@ -20,14 +20,11 @@ from datetime import datetime
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from torch import nn
-
 from edgeprune.devices import DeviceProfile, load_profile
 from edgeprune.devices.setup import device_python
 from edgeprune.devices.transports import open_transport
 from edgeprune.errors import DeviceUnreachableError, Interrupted, UserInputError
 from edgeprune.export import RUNTIMES
-from edgeprune.importance import HeadScores, score_heads
 from edgeprune.progress import Progress
 from edgeprune.quantize import (
     FP32_RECIPE,
@@ -43,6 +40,7 @@ from edgeprune.search.estimate import HostEstimator
 from edgeprune.search.journal import JOURNAL_NAME, Journal, prepare_out_dir
 from edgeprune.search.options import FitOptions
 from edgeprune.search.result import BuiltArtifact, FitResult, fit_status
+from edgeprune.search.scoring import dense_head_means, journaled_head_scores, normalization
 from edgeprune.search.searcher import best_first_search
 from edgeprune.search.shared import SharedWork
 from edgeprune.search.ship import keep_only, reproduce, ship_files, summary
@@ -156,15 +154,17 @@ def fit_task(
         progress.note(f"data split (seed {task.seed}): {_split_summary(task)}")
 
         mark = time.perf_counter()
-        raw_scores = journaled_head_scores(task, teacher.model, options, progress, journal, shared)
-        scores = raw_scores.normalize_per_layer(options.normalize)
+        means = dense_head_means(teacher.model, task, options, shared) if options.compensate else None
+        raw_scores = journaled_head_scores(task, teacher.model, options, progress, journal, shared,
+                                           teacher.validation, means)
+        scores = raw_scores.normalize_per_layer(normalization(raw_scores, options))
         timings["scoring"] = time.perf_counter() - mark
 
         vocabulary = vocabulary_for(task, options, progress)
         with open_transport(profile.endpoint, device_python(profile)) as device_link:
             builder = CandidateBuilder(teacher.model, scores, task, options, work, progress, runtime, profile,
                                        None if estimator or pool else device_link, journal, vocabulary, estimator,
-                                       shared, None if estimator else pool)
+                                       shared, None if estimator else pool, means)
             mark = time.perf_counter()
             dense = _dense_baseline(builder, runtime, journal)
             prefetch = _prefetcher(builder, exports_ahead, progress)
@@ -195,7 +195,8 @@ def fit_task(
             budget=budget, task=task.describe(),
             teacher_test_accuracy=teacher.test.value if teacher.test.metric in ACCURACY_METRICS else None,
             head_scores=raw_scores, dense=dense, fitted=fitted, trials=trials,
-            reproduce=reproduce(task, profile, budget, options, fitted, fitted.recipe.runtime), out_dir=str(out),
+            reproduce=reproduce(task, profile, budget, options, fitted, fitted.recipe.runtime, raw_scores),
+            out_dir=str(out),
             elapsed_s=round(journal.elapsed_s(), 1), timings_s={k: round(v, 1) for k, v in timings.items()},
             candidates=candidates, pareto=pareto_front(candidates, budget), teacher_quality=teacher.test,
             binding_budgets=binding, suggestions=suggestions,
@@ -288,25 +289,6 @@ def _settings(task: Task, options: FitOptions, runtimes: tuple[str, ...], recipe
     return {"model, data and task options": task.cache_key(), "options": to_jsonable(options),
             "runtime": runtimes[0] if len(runtimes) == 1 else list(runtimes),
             "recipes": list(recipes), "device": profile.name, "budget": to_jsonable(budget)}
-
-
-def journaled_head_scores(task: Task, model: nn.Module, options: FitOptions, progress: Progress,
-                          journal: Journal, shared: SharedWork | None = None) -> HeadScores:
-    if journal.scores is not None:
-        progress.note("head scores: finished before (resumed)")
-        return HeadScores.from_dict(journal.scores)
-    if shared is not None and shared.raw_scores is not None:  # scored for another device of the fleet
-        shared.count("head scores")
-        journal.record_scores(shared.raw_scores.to_dict())
-        return shared.raw_scores
-    batches = task.batches("calibration", options.scoring_batch_size, limit=options.scoring_examples)
-    with progress.task(f"scoring heads ({options.criterion})", min(options.scoring_examples,
-                                                                   task.count("calibration"))) as bar:
-        scores = score_heads(model, bar.track(batches), options.criterion, loss_fn=task.loss)
-    journal.record_scores(scores.to_dict())
-    if shared is not None:
-        shared.raw_scores = scores
-    return scores
 
 
 def shared_key(task_key: str, options: FitOptions) -> str:

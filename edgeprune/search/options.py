@@ -4,6 +4,7 @@ from dataclasses import dataclass
 
 from edgeprune.errors import UserInputError
 from edgeprune.export import RUNTIMES
+from edgeprune.importance import CRITERIA
 from edgeprune.importance.defaults import default_scoring
 from edgeprune.quantize import RECIPES
 from edgeprune.search.space import parse_fractions, parse_layer_counts
@@ -11,10 +12,12 @@ from edgeprune.search.space import parse_fractions, parse_layer_counts
 
 @dataclass
 class FitOptions:
-    # the scoring the step-by-step verbs default to as well (edgeprune.importance.defaults): fluctuation, raw
-    # scores ("none"; or "l2", "zscore" per layer), removed heads' mean outputs folded into the bias (FLAP)
-    criterion: str = default_scoring().criterion
-    normalize: str = default_scoring().normalize
+    # "auto": the head scoring is chosen by measurement (edgeprune.search.scoring: fluctuation or Taylor, whichever
+    # pruned model keeps the better PyTorch validation quality); or a CRITERIA name. `normalize`: how scores are
+    # compared across layers ("none", "l2", "zscore"); None: the chosen scoring's, "none" for a named criterion.
+    # `compensate`: removed heads' mean outputs folded into the bias (FLAP)
+    criterion: str = "auto"
+    normalize: str | None = None
     compensate: bool = default_scoring().compensate
     scoring_examples: int = 256  # calibration examples used to score heads
     scoring_batch_size: int = 16
@@ -50,7 +53,10 @@ class FitOptions:
             RECIPES.get(recipe)
         if self.scoring_examples < 1 or self.verify_examples < 1 or self.bench_runs < 20:
             raise UserInputError("need scoring_examples >= 1, verify_examples >= 1 and bench_runs >= 20")
-        if self.normalize not in ("none", "l2", "zscore"):
+        if self.criterion != "auto" and self.criterion not in CRITERIA.names():
+            raise UserInputError(f"unknown head criterion {self.criterion!r}; choose auto (chosen by measurement) or "
+                                 f"one of: {', '.join(CRITERIA.names())}")
+        if self.normalize not in (None, "none", "l2", "zscore"):
             raise UserInputError(f"normalize must be none, l2 or zscore, got {self.normalize!r}")
         if self.recover_steps < 0 or self.recovery_batch_size < 1:
             raise UserInputError("recover_steps must be >= 0 (0: no recovery) and recovery_batch_size >= 1")

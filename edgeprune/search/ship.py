@@ -11,12 +11,14 @@ import torch
 from edgeprune.devices import DeviceProfile
 from edgeprune.export.manifest import MANIFEST_NAME, ModelManifest, TokenizerFacts, inspect_artifact
 from edgeprune.export.usage import USAGE_NAME, usage_markdown
+from edgeprune.importance import HeadScores
 from edgeprune.quantize.trimmed_tokenizer import TokenizerRewrite, rewrite_tokenizer_files
 from edgeprune.quantize.vocabulary import VocabularyMap
 from edgeprune.search.budget import Budget
 from edgeprune.search.choice import format_value
 from edgeprune.search.options import FitOptions
 from edgeprune.search.result import BuiltArtifact
+from edgeprune.search.scoring import normalization, scoring_decision
 from edgeprune.serialization import to_jsonable, write_text_atomic
 from edgeprune.tasks.base import Task
 from edgeprune.tasks.text import TOKENIZER_FILES
@@ -141,7 +143,10 @@ def summary(fits: bool, fitted: BuiltArtifact, budget: Budget, binding: list[str
 
 
 def reproduce(task: Task, profile: DeviceProfile, budget: Budget, options: FitOptions,
-               fitted: BuiltArtifact, runtime: str) -> dict[str, object]:
+              fitted: BuiltArtifact, runtime: str, scores: HeadScores) -> dict[str, object]:
+    """What rebuilds the fitted artifact: the options as given and, with `criterion="auto"`, the scoring chosen
+    (`scores`, the raw head scores the search used, record it)."""
+
     import transformers
 
     from edgeprune import __version__
@@ -151,7 +156,9 @@ def reproduce(task: Task, profile: DeviceProfile, budget: Budget, options: FitOp
         "command": shlex.join(["edgeprune", *sys.argv[1:]]) if Path(sys.argv[0]).name == "edgeprune" else None,
         "task": task.describe(), "model_path": str(task.model_path), "seed": task.seed,
         "device": profile.name, "budget": to_jsonable(budget), "options": to_jsonable(options),
-        "criterion": options.criterion, "strategy": heads.strategy if heads else None, "normalize": options.normalize,
+        "criterion": scores.criterion, "strategy": heads.strategy if heads else None,
+        "normalize": normalization(scores, options),
+        "scoring_decision": to_jsonable(decision) if (decision := scoring_decision(scores)) else None,
         "compensation": "mean head outputs folded into the output-projection bias" if options.compensate else None,
         "heads_removed": fitted.heads_removed, "kept_heads": heads.kept_heads if heads else None,
         # the whole StructurePlan (FFN neurons, vocabulary rows) is the fitted artifact's `plan` in result.json

@@ -1,0 +1,224 @@
+"""The head scoring a model gets, chosen by measurement rather than by family.
+
+A criterion that ranks an encoder's heads well can rank a decoder's badly (issue 16: on SmolLM2-135M fluctuation
+with compensation left 3.5× the dense perplexity where Taylor left 1.26×). So `criterion="auto"` scores the heads
+with every candidate scoring, removes the same number of heads by each ranking (global top-k, the plan the search
+itself builds), folds the removed heads' means into the biases when the fit compensates, and measures each pruned
+model's PyTorch validation quality, as the search's own estimates do. The best wins; a difference within the
+tolerance goes to the earlier candidate (the default). The winner's measurement is the search's estimate for that
+structure, so only the losers cost extra. Validation data only: the test split stays untouched.
+"""
+
+import copy
+import dataclasses
+import time
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+
+import torch
+from torch import nn
+
+from edgeprune.importance import HeadScores, ScoringChoice, score_heads
+from edgeprune.models import adapter_for
+from edgeprune.progress import Progress
+from edgeprune.pruning import StructureCompensation, StructurePlan, apply_structure, plan_global_topk
+from edgeprune.pruning.compensation import HeadOutputMeans
+from edgeprune.search.choice import quality_tolerance
+from edgeprune.search.journal import Journal
+from edgeprune.search.options import FitOptions
+from edgeprune.search.shared import SharedWork
+from edgeprune.search.space import Shape
+from edgeprune.serialization import from_jsonable, to_jsonable
+from edgeprune.tasks.base import Quality, Task
+
+AUTO = "auto"
+# what `auto` compares, in order of preference on a tie: the encoder winner first (docs/FINDINGS.md)
+CANDIDATES = (ScoringChoice("fluctuation", "none", True), ScoringChoice("taylor", "l2", True))
+SCORING_KEY = "scoring"  # where the decision rides in the winner's HeadScores.extra (journal, fleet, result.json)
+
+
+@dataclass
+class ScoringTrial:
+    """One candidate scoring, measured: its pruned model's PyTorch validation quality."""
+
+    criterion: str
+    normalize: str
+    compensate: bool
+    quality: Quality
+    seconds: float  # scoring plus pruning plus evaluation
+
+
+@dataclass
+class ScoringDecision:
+    """Which scoring won, at how many heads removed, against what; the first trial with the best quality."""
+
+    heads_removed: int
+    heads: int
+    trials: list[ScoringTrial] = field(default_factory=list)
+    chosen: int = 0  # index into trials
+    tolerance: float = 0.0
+    version: int = 1
+
+    @property
+    def choice(self) -> ScoringChoice:
+        trial = self.trials[self.chosen]
+        return ScoringChoice(trial.criterion, trial.normalize, trial.compensate)
+
+    def describe(self) -> str:
+        """One line for logs and reports: the winner and every trial's figure."""
+        def name(trial: ScoringTrial) -> str:
+            return f"{trial.criterion} ({trial.normalize} per layer{', compensated' if trial.compensate else ''})"
+
+        winner = self.trials[self.chosen]
+        others = "; ".join(f"{name(t)} {t.quality.value:.4f}" for i, t in enumerate(self.trials) if i != self.chosen)
+        return (f"head scoring chosen by measurement: {name(winner)}, validation {winner.quality.metric} "
+                f"{winner.quality.value:.4f} with {self.heads_removed} of {self.heads} heads removed (PyTorch); "
+                f"{others}")
+
+
+def scoring_decision(scores: HeadScores) -> ScoringDecision | None:
+    """The decision recorded with a winner's scores (None: the criterion was named, not chosen)."""
+    recorded = scores.extra.get(SCORING_KEY)
+    return from_jsonable(ScoringDecision, recorded) if recorded is not None else None
+
+
+def probe_heads_removed(model: nn.Module, min_heads_per_layer: int, step: int | None) -> tuple[int, int]:
+    """(heads removed where the scorings are compared, heads in all): the count of the search's head ladder
+    (multiples of `step`, default the number of layers) closest to half of the removable heads, the larger on a
+    tie."""
+    blocks = adapter_for(model).attention_blocks(model)
+    removable = sum(max(0, block.num_heads - min_heads_per_layer) for block in blocks)
+    step = step or max(1, len(blocks))
+    ladder = sorted(set(range(0, removable + 1, step)) | {removable})
+    return min(ladder, key=lambda count: (abs(count - removable / 2), -count)), sum(b.num_heads for b in blocks)
+
+
+def choose_scoring(teacher: nn.Module, task: Task, batches: Sequence[dict[str, torch.Tensor]],
+                   means: HeadOutputMeans | None, *, candidates: Sequence[ScoringChoice] = CANDIDATES,
+                   min_heads_per_layer: int = 1, head_step: int | None = None, tolerance: float = 0.0,
+                   progress: Progress | None = None) -> tuple[HeadScores, Quality]:
+    """Score `teacher`'s heads with each candidate on `batches` (the task's calibration data, with labels where a
+    criterion needs them) and keep the ranking whose pruned model measures best on the validation split.
+
+    `means`: the dense teacher's head means when removed heads are compensated (None: removed outright; a
+    candidate's own `compensate` is ignored, the fit's option decides). Returns the winner's raw scores, with the
+    `ScoringDecision` in `extra["scoring"]`, and the winner's validation quality at the probe (the search's
+    PyTorch estimate for that structure)."""
+    progress = progress or task.progress
+    heads_removed, heads = probe_heads_removed(teacher, min_heads_per_layer, head_step)
+    decision = ScoringDecision(heads_removed, heads, tolerance=tolerance)
+    winners: list[HeadScores] = []
+    scored: dict[str, HeadScores] = {}  # a criterion scores once, whatever normalizations compare its scores
+    for candidate in candidates:
+        started = time.perf_counter()
+        if candidate.criterion not in scored:
+            examples = sum(len(next(iter(batch.values()))) for batch in batches)
+            with progress.task(f"scoring heads ({candidate.criterion}) to compare", examples) as bar:
+                scored[candidate.criterion] = score_heads(teacher, bar.track(batches), candidate.criterion,
+                                                          loss_fn=task.loss)
+        raw = copy.deepcopy(scored[candidate.criterion])
+        plan = plan_global_topk(raw.normalize_per_layer(candidate.normalize), heads_removed, min_heads_per_layer)
+        pruned = apply_structure(copy.deepcopy(teacher), StructurePlan(plan), StructureCompensation(means, None))
+        quality = task.batched_quality(pruned, "validation")
+        decision.trials.append(ScoringTrial(candidate.criterion, candidate.normalize, means is not None, quality,
+                                            round(time.perf_counter() - started, 1)))
+        winners.append(raw)
+        progress.note(f"  {candidate.criterion} ({candidate.normalize} per layer): validation {quality.metric} "
+                      f"{quality.value:.4f} with {heads_removed} of {heads} heads removed (PyTorch)")
+    decision.chosen = best_trial(decision.trials, tolerance)
+    progress.note(decision.describe())
+    raw = winners[decision.chosen]
+    raw.extra[SCORING_KEY] = to_jsonable(decision)
+    return raw, decision.trials[decision.chosen].quality
+
+
+def best_trial(trials: Sequence[ScoringTrial], tolerance: float) -> int:
+    """The index of the best quality; a later trial must beat an earlier one by more than `tolerance`."""
+    def signed(trial: ScoringTrial) -> float:
+        return trial.quality.value if trial.quality.higher_is_better else -trial.quality.value
+
+    best = 0
+    for index, trial in enumerate(trials[1:], start=1):
+        if signed(trial) > signed(trials[best]) + tolerance:
+            best = index
+    return best
+
+
+def normalization(scores: HeadScores, options: FitOptions) -> str:
+    """How the search compares `scores` across layers: the fit's `normalize` when given, else the chosen
+    scoring's (auto), else raw ("none")."""
+    if options.normalize is not None:
+        return options.normalize
+    decision = scoring_decision(scores)
+    return decision.choice.normalize if decision is not None else "none"
+
+
+def calibration_inputs(task: Task, options: FitOptions) -> list[dict[str, torch.Tensor]]:
+    """The calibration batches a fit scores on, holding only the model's inputs (what head means are measured on)."""
+    return [{name: batch[name] for name in task.input_names}
+            for batch in task.batches("calibration", options.scoring_batch_size, limit=options.scoring_examples)]
+
+
+def dense_head_means(teacher: nn.Module, task: Task, options: FitOptions, shared: SharedWork) -> HeadOutputMeans:
+    """Each head's mean output on the calibration data, measured once on the dense teacher and kept in `shared`
+    (another device of a fleet counts it as reused)."""
+    from edgeprune.pruning.compensation import measure_head_means
+
+    if shared.head_means is None:
+        shared.head_means = measure_head_means(teacher, calibration_inputs(task, options))
+    else:
+        shared.count("head means")
+    return shared.head_means
+
+
+def journaled_head_scores(task: Task, model: nn.Module, options: FitOptions, progress: Progress,
+                          journal: Journal, shared: SharedWork | None = None,
+                          reference: Quality | None = None, means: HeadOutputMeans | None = None) -> HeadScores:
+    """The raw head scores the search ranks by: resumed from the journal, taken from another device of the
+    fleet, scored with the named criterion, or (`auto`) chosen by measurement, the winner's PyTorch estimate
+    at the probe journaled as the search's estimate for that structure. `reference` (the dense teacher's
+    validation quality) sets the tie tolerance as the search's own (`quality_tolerance`); `means`, the dense
+    teacher's head means when the fit compensates (`dense_head_means`)."""
+    if journal.scores is not None:
+        progress.note("head scores: finished before (resumed)")
+        return HeadScores.from_dict(journal.scores)
+    shared = shared if shared is not None else SharedWork()
+    if shared.raw_scores is not None:  # scored for another device of the fleet
+        shared.count("head scores")
+        journal.record_scores(shared.raw_scores.to_dict())
+        return shared.raw_scores
+    batches = list(task.batches("calibration", options.scoring_batch_size, limit=options.scoring_examples))
+    if options.criterion == AUTO:
+        candidates = [dataclasses.replace(c, normalize=options.normalize or c.normalize) for c in CANDIDATES]
+        scores, probe = choose_scoring(model, task, batches, means, candidates=candidates,
+                                       min_heads_per_layer=options.min_heads_per_layer, head_step=options.head_step,
+                                       tolerance=quality_tolerance(options, reference) if reference else 0.0,
+                                       progress=progress)
+        decision = scoring_decision(scores)
+        key = Shape(decision.heads_removed).structure.key
+        journal.record_proxy(key, to_jsonable(probe))
+        shared.proxies[key] = journal.proxies[key]
+    else:
+        examples = sum(len(next(iter(batch.values()))) for batch in batches)
+        with progress.task(f"scoring heads ({options.criterion})", examples) as bar:
+            scores = score_heads(model, bar.track(batches), options.criterion, loss_fn=task.loss)
+    journal.record_scores(scores.to_dict())
+    shared.raw_scores = scores
+    return scores
+
+
+def measured_head_scores(task: Task, teacher: nn.Module, reference: Quality | None = None, examples: int = 256,
+                         batch_size: int = 16, compensate: bool = True,
+                         progress: Progress | None = None) -> HeadScores:
+    """`edgeprune score` without a criterion, as fit chooses: the candidates compared on `teacher` (the task's
+    dense model) with the task's first `examples` calibration documents; the winner's raw scores, the decision in
+    `extra["scoring"]`."""
+    from edgeprune.pruning.compensation import measure_head_means
+
+    options = FitOptions(scoring_examples=examples, scoring_batch_size=batch_size, compensate=compensate)
+    batches = list(task.batches("calibration", batch_size, limit=examples))
+    means = measure_head_means(teacher, calibration_inputs(task, options)) if compensate else None
+    scores, _ = choose_scoring(teacher, task, batches, means,
+                               tolerance=quality_tolerance(options, reference) if reference else 0.0,
+                               progress=progress)
+    return scores
