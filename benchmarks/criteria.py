@@ -2,15 +2,17 @@
 
     .venv/bin/python benchmarks/criteria.py [--examples 256] [--oracle-examples 64] [--out benchmarks/results]
         [--criteria 'fluctuation:normalize=none;activation-norm:projected=false'] [--normalize l2,zscore,none]
-        [--compensation off,on] [--no-random] [--no-oracle] [--json criteria.json]
+        [--compensation off,on] [--no-random] [--no-oracle] [--torch-pruning] [--json criteria.json]
 
 For every registered criterion (or those of --criteria, each optionally with `:key=value,...` options),
 random selection (mean of 5 seeds) and greedy leave-one-out (the oracle: re-scored after every step of one
 head per layer), prints test accuracy, mean embedding cosine to the dense model, and the criterion's wall
 time. Scores are normalized per layer (each method of --normalize) and heads are chosen globally, at least
 one per layer. With `--compensation on`, removed heads' mean outputs (measured once on the calibration data)
-are folded into the output-projection biases (edgeprune.pruning.compensation). Scoring uses calibration
-data; quality is the test split.
+are folded into the output-projection biases (edgeprune.pruning.compensation). With `--torch-pruning`,
+Torch-Pruning's one-shot head removal (group magnitude and group Taylor importance, global, no compensation;
+benchmarks/torch_pruning_reference.py, dev dependency `torch-pruning`) is measured beside them as a reference.
+Scoring uses calibration data; quality is the test split.
 """
 
 import argparse
@@ -24,6 +26,7 @@ from pathlib import Path
 import numpy as np
 import torch
 from split_quality import dense_test_embeddings, evaluate
+from torch_pruning_reference import IMPORTANCES, torch_pruning_heads
 
 from edgeprune import HeadScores, bundled_task, plan_global_topk, score_heads
 from edgeprune.importance import CRITERIA
@@ -71,6 +74,7 @@ def main() -> int:
     parser.add_argument("--test-limit", type=int, default=None, help="evaluate on the first N test documents only")
     parser.add_argument("--random", action=argparse.BooleanOptionalAction, default=True)
     parser.add_argument("--oracle", action=argparse.BooleanOptionalAction, default=True)
+    parser.add_argument("--torch-pruning", action="store_true", help="add Torch-Pruning's rows (reference)")
     args = parser.parse_args()
     torch.manual_seed(0)
     task = bundled_task("minilm-bbc", progress=Progress(enabled=False))
@@ -132,6 +136,24 @@ def main() -> int:
             rows.append({"method": method, "ratio": ratio, "accuracy": float(accuracy), "cosine": float(cosine),
                          "seconds": 0.0})
             print(f"{method:>36} {ratio:.2f}: acc {accuracy:.4f} cos {cosine:.4f}", file=sys.stderr)
+
+    for importance in IMPORTANCES if args.torch_pruning else ():
+        example = next(iter(task.batches("calibration", 2)))
+        for ratio in RATIOS:
+            started = time.perf_counter()
+            model, removed = torch_pruning_heads(
+                teacher, ratio, importance, {"input_ids": example["input_ids"],
+                                             "attention_mask": example["attention_mask"]},
+                task.batches("calibration", 16, limit=args.examples), task.loss)
+            seconds = time.perf_counter() - started
+            if removed != round(ratio * total_heads):
+                raise SystemExit(f"Torch-Pruning removed {removed} heads, not {round(ratio * total_heads)}")
+            accuracy, cosine = evaluate(model, task, dense_embeddings, args.test_limit)
+            method = f"torch-pruning {importance} (reference)"
+            rows.append({"method": method, "ratio": ratio, "accuracy": accuracy, "cosine": cosine,
+                         "seconds": seconds})
+            print(f"{method:>36} {ratio:.2f}: acc {accuracy:.4f} cos {cosine:.4f} ({seconds:.1f} s)",
+                  file=sys.stderr)
 
     # one greedy run to 75 %, one head per layer per step, measured as it passes 25 % and 50 %
     model = copy.deepcopy(teacher)

@@ -34,7 +34,7 @@ def test_help_lists_every_verb_the_exit_codes_and_the_environment(runner):
 
 def test_fit_help_shows_defaults_choices_examples_and_exit_codes(runner):
     text = runner.invoke(cli, ["fit", "--help"], terminal_width=400).output
-    assert "[default: 0,0.25,0.5]" in text and "[default: fluctuation]" in text
+    assert "[default: 0,0.25,0.5]" in text and "[default: auto]" in text
     assert "[" + "|".join(RECIPES.names()) + "]" in text  # every recipe, as click lists a choice
     assert "--runtime executorch|litert[,...]" in text and "--criterion [" in text  # fit may search both
     assert "Examples:\n    edgeprune fit --device host --max-mb 30" in text

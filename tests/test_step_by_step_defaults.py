@@ -13,9 +13,9 @@ from edgeprune.cli import main
 from edgeprune.devices import load_profile
 from edgeprune.progress import Progress
 from edgeprune.search.builder import CandidateBuilder
+from edgeprune.search.journal import Journal
 from edgeprune.search.options import FitOptions
 from edgeprune.search.scoring import journaled_head_scores, normalization
-from edgeprune.search.journal import Journal
 from edgeprune.search.space import Shape
 from edgeprune.tasks import bundled_task
 
