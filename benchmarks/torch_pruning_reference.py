@@ -34,9 +34,12 @@ def torch_pruning_heads(teacher: nn.Module, ratio: float, importance: str, examp
     before = sum(attention.num_attention_heads for attention in attentions)
     scorer = (tp.importance.GroupMagnitudeImportance(p=2) if importance == "magnitude"
               else tp.importance.GroupTaylorImportance())
+    # Torch-Pruning removes heads only inside its width-pruning pass, which a zero width ratio skips: a width
+    # ratio is given, every other layer is ignored and head dimensions are kept, so only whole heads go
+    others = [m for m in model.modules() if isinstance(m, nn.Linear | nn.Embedding) and m not in heads]
     pruner = tp.pruner.MetaPruner(
-        model, example, importance=scorer, global_pruning=True, pruning_ratio=0.0, num_heads=heads,
-        prune_num_heads=True, prune_head_dims=False, head_pruning_ratio=ratio, ignored_layers=[model.classifier],
+        model, example, importance=scorer, global_pruning=True, pruning_ratio=0.5, num_heads=heads,
+        prune_num_heads=True, prune_head_dims=False, head_pruning_ratio=ratio, ignored_layers=others,
         forward_fn=lambda module, inputs: module(**inputs), output_transform=lambda out: out[0].sum())
     if importance == "taylor":
         model.zero_grad()

@@ -107,6 +107,8 @@ def choose_scoring(teacher: nn.Module, task: Task, batches: Sequence[dict[str, t
     progress = progress or task.progress
     heads_removed, heads = probe_heads_removed(teacher, min_heads_per_layer, head_step)
     decision = ScoringDecision(heads_removed, heads, tolerance=tolerance)
+    if heads_removed == 0:  # no head can go (one per layer): every ranking prunes nothing, the default stands
+        candidates = candidates[:1]
     winners: list[HeadScores] = []
     scored: dict[str, HeadScores] = {}  # a criterion scores once, whatever normalizations compare its scores
     for candidate in candidates:
