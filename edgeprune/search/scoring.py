@@ -1,7 +1,8 @@
 """The head scoring a model gets, chosen by measurement rather than by family.
 
-A criterion that ranks an encoder's heads well can rank a decoder's badly (issue 16: on SmolLM2-135M fluctuation
-with compensation left 3.5× the dense perplexity where Taylor left 1.26×). So `criterion="auto"` scores the heads
+A criterion that ranks an encoder's heads well can rank a decoder's badly (on SmolLM2-135M, fluctuation's
+projected form compared raw across layers left 1.62× the dense perplexity where Taylor left 1.32×; its relative
+form, now the default, 1.25×: docs/FINDINGS.md). So `criterion="auto"` scores the heads
 with every candidate scoring, removes the same number of heads by each ranking (global top-k, the plan the search
 itself builds), folds the removed heads' means into the biases when the fit compensates, and measures each pruned
 model's PyTorch validation quality, as the search's own estimates do. The best wins; a difference within the
