@@ -28,12 +28,14 @@ from edgeprune.recovery.losses import task_loss
 from edgeprune.recovery.schedules import plan_closest
 from edgeprune.recovery.text import TextCorpus, perplexity
 
-ROWS = (  # criterion (fluctuation-relative: fluctuation with form="relative"), per-layer normalization, compensation
+ROWS = (  # criterion (fluctuation-FORM: fluctuation with that form), per-layer normalization, compensation
     ("taylor", "l2", False), ("taylor", "l2", True), ("taylor", "none", True), ("taylor", "zscore", True),
-    ("fluctuation", "none", False), ("fluctuation", "none", True), ("fluctuation", "l2", True),
-    ("fluctuation", "zscore", True), ("fluctuation-relative", "none", True), ("fluctuation-relative", "zscore", True),
+    ("fluctuation-projected", "none", False), ("fluctuation-projected", "none", True),
+    ("fluctuation-projected", "l2", True), ("fluctuation-projected", "zscore", True),
+    ("fluctuation-relative", "none", True), ("fluctuation-relative", "zscore", True),
 )
-FORMS = {"fluctuation-relative": ("fluctuation", {"form": "relative"})}
+FORMS = {"fluctuation-projected": ("fluctuation", {"form": "projected"}),
+         "fluctuation-relative": ("fluctuation", {"form": "relative"})}  # the default form
 
 
 def main() -> int:
