@@ -24,3 +24,11 @@ def test_minilm_bbc_fits_30_mb_within_two_points_of_the_dense_teacher(tmp_path, 
     assert result["task"]["split_sizes"]["test"] >= 600
     assert dense["test_accuracy"] - fitted["test_accuracy"] <= 0.02
     assert abs(dense["test_accuracy"] - result["teacher_test_accuracy"]) <= 0.005  # fp32 export = PyTorch
+    # the head scoring was chosen by measurement on MiniLM, and the report says so with both figures
+    decision = result["reproduce"]["scoring_decision"]
+    assert [trial["criterion"] for trial in decision["trials"]] == ["fluctuation", "taylor"]
+    chosen = decision["trials"][decision["chosen"]]
+    assert result["reproduce"]["criterion"] == chosen["criterion"] and decision["heads_removed"] == 36
+    assert (f"Head scoring chosen by measurement: {chosen['criterion']} ({chosen['normalize']} per layer, "
+            f"compensated), validation accuracy {chosen['quality']['value']:.4f} with 36 of 72 heads removed"
+            in (out / "report.md").read_text())

@@ -15,6 +15,7 @@ from edgeprune.report.facts import (
     verdict,
 )
 from edgeprune.search.result import BuiltArtifact, FitResult
+from edgeprune.search.scoring import scoring_decision
 
 
 def _heads_kept(artifact: BuiltArtifact) -> int | str:
@@ -101,6 +102,10 @@ def render_markdown(result: FitResult) -> str:
     runtimes = runtime_summary(result)
     if runtimes:
         lines += ["", runtimes]
+    scoring = scoring_decision(result.head_scores)
+    if scoring is not None:
+        text = scoring.describe()
+        lines += ["", text[0].upper() + text[1:] + "."]
     if bench is not None:
         lines += ["", f"Benchmarks: {bench.device}, runtime {bench.runtime}, {bench.threads} threads, "
                   f"{bench.warmup_runs} warm-up and {bench.timed_runs} timed runs, each artifact in its own process."]
