@@ -176,9 +176,9 @@ def fit_linear_head(classifier: nn.Linear, features: torch.Tensor, labels: torch
                     weight_decay: float = 1e-3, steps: int = 100) -> None:
     """Multinomial logistic regression by L-BFGS, full batch, from zero weights.
 
-    The loss is strictly convex (weight decay), so a converged fit does not depend on where it starts; on a random or
-    weak encoder L-BFGS may stop before convergence, and starting from zeros rather than `nn.Linear`'s random
-    initialisation keeps the teacher (and every figure measured against it) the same from run to run.
+    The loss is convex, so a converged fit reaches the same minimum (the same predictions) wherever it starts; on a
+    random or weak encoder L-BFGS may stop before convergence, and starting from zeros rather than `nn.Linear`'s
+    random initialisation keeps the teacher (and every figure measured against it) the same from run to run.
     """
     with torch.no_grad():
         classifier.weight.zero_()
