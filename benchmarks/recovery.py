@@ -3,11 +3,14 @@
     .venv/bin/python benchmarks/recovery.py [--ratios 0.25,0.5,0.625,0.75] [--max-steps 300] [--out benchmarks/results]
     .venv/bin/python benchmarks/recovery.py --quick     # tiny settings: proves the pipeline runs, numbers mean little
 
-For each share of the 72 heads removed: heads are scored on calibration documents (taylor by default, normalized
-per layer, chosen globally), then
+For each share of the 72 heads removed: heads are scored on calibration documents as fit scores them (`auto`:
+fluctuation or Taylor chosen by measurement, with the chosen normalization; or `--criterion NAME`, normalized per
+layer), chosen globally, and removed with their mean outputs folded into the biases (fit's compensation;
+`--no-compensation` removes them outright), then
   one-shot    the pruned model as it is;
   recovered   the same model distilled from the dense teacher (calibration split, early stop on validation);
-  iterative   `steps` rounds of score → remove a share → distill, with the same total step budget.
+  iterative   `steps` rounds of score → remove a share → distill, with the same total step budget (Taylor or the
+              named criterion, no compensation; `--iterative-steps 0` skips it).
 Reports test accuracy, mean embedding cosine to the dense model on the test split (never used for scoring or
 recovery) and the wall time of recovery. Prints a table; writes recovery.json (recovery-quick.json with --quick).
 """
@@ -23,11 +26,11 @@ from pathlib import Path
 import torch
 from split_quality import dense_test_embeddings, evaluate
 
-from edgeprune import bundled_task, plan_global_topk, score_heads
+from edgeprune import bundled_task, plan_global_topk, prune, score_heads
 from edgeprune.progress import Progress
-from edgeprune.pruning import apply_plan
 from edgeprune.recovery import DistillConfig, DistillData, distill
 from edgeprune.recovery.schedules import prune_and_recover
+from edgeprune.search.scoring import measured_head_scores, scoring_decision
 
 TOTAL_HEADS = 72
 
@@ -35,7 +38,8 @@ TOTAL_HEADS = 72
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--ratios", default="0.25,0.5,0.625,0.75", help="shares of heads to remove")
-    parser.add_argument("--criterion", default="taylor")
+    parser.add_argument("--criterion", default="auto", help="auto (as fit chooses) or a criterion name")
+    parser.add_argument("--no-compensation", action="store_true", help="remove heads outright")
     parser.add_argument("--examples", type=int, default=256, help="calibration documents for scoring")
     parser.add_argument("--max-steps", type=int, default=300, help="distillation steps per model (all rounds)")
     parser.add_argument("--max-seconds", type=float, help="distillation time budget per model")
@@ -77,10 +81,19 @@ def main() -> int:
              "recovery_seconds": 0.0}]
     print(f"torch threads: {torch.get_num_threads()}; test documents {len(dense_embeddings)}; "
           f"dense test accuracy {dense_accuracy:.4f}", file=sys.stderr)
-    scores = score_heads(teacher, scoring(), args.criterion).normalize_per_layer()
+    if args.criterion == "auto":
+        scores = measured_head_scores(task, teacher, task.teacher().validation, args.examples,
+                                      compensate=not args.no_compensation)
+        decision = scoring_decision(scores)
+        scores = scores.normalize_per_layer(decision.choice.normalize)
+        print(f"scoring: {decision.describe()}", file=sys.stderr)
+    else:
+        scores = score_heads(teacher, scoring(), args.criterion).normalize_per_layer()
+    inputs = task.input_batches("calibration", 16, limit=args.examples)
     for ratio in ratios:
         remove = round(ratio * TOTAL_HEADS)
-        model = apply_plan(copy.deepcopy(teacher), plan_global_topk(scores, remove))
+        model = prune(copy.deepcopy(teacher), plan_global_topk(scores, remove), inputs,
+                      compensate=not args.no_compensation)
         accuracy, cosine = evaluate(model, task, dense_embeddings, args.test_limit)
         rows.append({"method": "one-shot", "ratio": ratio, "heads_removed": remove, "accuracy": accuracy,
                      "cosine": cosine, "recovery_seconds": 0.0})
@@ -91,14 +104,17 @@ def main() -> int:
         rows.append({"method": "one-shot + distill", "ratio": ratio, "heads_removed": remove, "accuracy": accuracy,
                      "cosine": cosine, "recovery_seconds": seconds, "steps": result.steps, "stopped": result.stopped,
                      "best_step": result.best_step, "validation_accuracy": result.best_metric})
-        outcome = prune_and_recover(copy.deepcopy(teacher), teacher, data, remove, "iterative", args.iterative_steps,
-                                    config, args.criterion, scoring_batches=scoring, progress=progress)
-        accuracy, cosine = evaluate(outcome.model, task, dense_embeddings, args.test_limit)
-        rows.append({"method": f"iterative ({args.iterative_steps}) + distill", "ratio": ratio,
-                     "heads_removed": outcome.plan.heads_removed, "accuracy": accuracy, "cosine": cosine,
-                     "recovery_seconds": outcome.recovery_seconds, "total_seconds": outcome.seconds,
-                     "steps": sum(d.steps for d in outcome.distillations)})
-        for row in rows[-3:]:
+        if args.iterative_steps:
+            criterion = "taylor" if args.criterion == "auto" else args.criterion
+            outcome = prune_and_recover(copy.deepcopy(teacher), teacher, data, remove, "iterative",
+                                        args.iterative_steps, config, criterion, scoring_batches=scoring,
+                                        progress=progress)
+            accuracy, cosine = evaluate(outcome.model, task, dense_embeddings, args.test_limit)
+            rows.append({"method": f"iterative ({args.iterative_steps}) + distill", "ratio": ratio,
+                         "heads_removed": outcome.plan.heads_removed, "accuracy": accuracy, "cosine": cosine,
+                         "recovery_seconds": outcome.recovery_seconds, "total_seconds": outcome.seconds,
+                         "steps": sum(d.steps for d in outcome.distillations)})
+        for row in rows[-3 if args.iterative_steps else -2:]:
             print(f"{row['method']:>28} {ratio:.3f}: acc {row['accuracy']:.4f} cos {row['cosine']:.4f} "
                   f"({row['recovery_seconds']:.1f} s)", file=sys.stderr)
 
@@ -109,7 +125,8 @@ def main() -> int:
     args.out.mkdir(parents=True, exist_ok=True)
     path = args.out / ("recovery-quick.json" if args.quick else "recovery.json")
     path.write_text(json.dumps({"torch_threads": torch.get_num_threads(), "cpus": os.cpu_count(),
-                                "criterion": args.criterion, "examples": args.examples,
+                                "criterion": args.criterion, "compensation": not args.no_compensation,
+                                "head_scores": scores.to_dict(), "examples": args.examples,
                                 "test_documents": len(dense_embeddings), "config": config.to_dict(),
                                 "batch_size": args.batch_size, "iterative_steps": args.iterative_steps,
                                 "quick": args.quick, "rows": rows}, indent=2) + "\n")

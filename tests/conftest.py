@@ -1,6 +1,7 @@
 """Shared fixtures: tiny random models (fast) and an isolated cache."""
 
 import shutil
+import signal
 from pathlib import Path
 
 import pytest
@@ -64,6 +65,27 @@ def isolated_cache(tmp_path_factory, monkeypatch, session_exports):
     monkeypatch.setenv("EDGEPRUNE_CACHE", str(cache))
 
 
+@pytest.fixture(scope="session", autouse=True)
+def ctrl_c_as_in_a_terminal():
+    """Ctrl-C as a terminal's foreground job has it. A job a shell starts in the background without job control
+    (`pytest &` in a script) begins with SIGINT ignored (POSIX), Python then keeps it ignored and every child
+    inherits that: the tests that interrupt a fit or a device command would wait out their timeouts instead."""
+    if signal.getsignal(signal.SIGINT) == signal.SIG_IGN:
+        signal.signal(signal.SIGINT, signal.default_int_handler)
+    signal.pthread_sigmask(signal.SIG_UNBLOCK, [signal.SIGINT])
+
+
+@pytest.fixture(autouse=True)
+def ctrl_c_still_works():
+    """Every test leaves the process as Ctrl-C needs it: SIGINT neither blocked in the main thread (a child started
+    later inherits the mask and never sees the signal) nor handled by anything but Python's default handler."""
+    yield
+    blocked = signal.SIGINT in signal.pthread_sigmask(signal.SIG_BLOCK, [])
+    handler = signal.getsignal(signal.SIGINT)
+    assert not blocked and handler is signal.default_int_handler, (
+        f"this test left SIGINT {'blocked' if blocked else f'handled by {handler!r}'}: Ctrl-C no longer works")
+
+
 @pytest.fixture(scope="session")
 def minilm_cache(tmp_path_factory) -> Path:
     """One cache folder for the tests that run the bundled MiniLM task with its defaults (the README's commands,
@@ -98,6 +120,31 @@ def small_bert_dir(tmp_path_factory) -> Path:
     tiny_bert(seed=1, vocab_size=vocab_size, hidden_size=128, num_hidden_layers=2, num_attention_heads=4,
               intermediate_size=128, max_position_embeddings=64).save_pretrained(folder)
     return folder
+
+
+@pytest.fixture(scope="session")
+def small_bert_int8_bytes(small_bert_dir, tmp_path_factory):
+    """The real size of an int8 export of the small BERT's classifier with that many heads gone per layer: a
+    function, each count exported once per session (fit tests set budgets between such sizes)."""
+    from transformers import AutoModel
+
+    from edgeprune.export import export
+    from edgeprune.models.classifier import EncoderClassifier
+    from edgeprune.pruning import prune_heads
+
+    sizes: dict[int, int] = {}
+    folder = tmp_path_factory.mktemp("int8-probes")
+
+    def size(heads_removed_per_layer: int) -> int:
+        if heads_removed_per_layer not in sizes:
+            encoder = AutoModel.from_pretrained(small_bert_dir, add_pooling_layer=False)
+            prune_heads(encoder, {layer: list(range(heads_removed_per_layer)) for layer in range(2)})
+            model = EncoderClassifier(encoder, torch.nn.Linear(128, 5)).eval()
+            inputs = (torch.ones(1, 32, dtype=torch.long), torch.ones(1, 32, dtype=torch.long))
+            target = folder / f"probe-{heads_removed_per_layer}.pte"
+            sizes[heads_removed_per_layer] = export(model, inputs, target, "int8").size_bytes
+        return sizes[heads_removed_per_layer]
+    return size
 
 
 @pytest.fixture(scope="session")

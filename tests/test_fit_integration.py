@@ -15,21 +15,6 @@ FAST = ["--max-length", "32", "--scoring-examples", "32", "--quiet"]
 HEADS_ONLY = ["--ffn-fractions", "0", "--layer-removals", "0", "--no-trim-vocab"]
 
 
-def _int8_file_bytes(model_dir, heads_removed_per_layer, tmp_path):
-    """The real size of an int8 export of the task's model with that many heads gone per layer."""
-    from transformers import AutoModel
-
-    from edgeprune.export import export
-    from edgeprune.models.classifier import EncoderClassifier
-    from edgeprune.pruning import prune_heads
-
-    encoder = AutoModel.from_pretrained(model_dir, add_pooling_layer=False)
-    prune_heads(encoder, {layer: list(range(heads_removed_per_layer)) for layer in range(2)})
-    model = EncoderClassifier(encoder, torch.nn.Linear(128, 5)).eval()
-    inputs = (torch.ones(1, 32, dtype=torch.long), torch.ones(1, 32, dtype=torch.long))
-    return export(model, inputs, tmp_path / "probe.pte", "int8").size_bytes
-
-
 def assert_fit_chose_right(result):
     """The winner meets the budget and is within the tie tolerance of the best validation quality that does;
     of those within it, none keeps more of the network (parameters outside the embedding tables)."""
@@ -45,9 +30,9 @@ def result_labels(out):
     return json.loads((out / "result.json").read_text())["task"]["labels"]
 
 
-def test_fit_removes_heads_until_the_artifact_fits(small_bert_dir, tmp_path, capsys):
+def test_fit_removes_heads_until_the_artifact_fits(small_bert_dir, small_bert_int8_bytes, tmp_path, capsys):
     # exactly the size with 4 of 8 heads gone (head sizes are equal): int8 alone is not enough
-    budget_mb = _int8_file_bytes(small_bert_dir, 2, tmp_path) / 1e6
+    budget_mb = small_bert_int8_bytes(2) / 1e6
     out = tmp_path / "fit"
     code = main(["fit", "--model", str(small_bert_dir), "--device", "host", "--max-mb", f"{budget_mb:.7f}",
                  "--recipe", "int8", "--recipe", "int4", "--out", str(out), "--json", *HEADS_ONLY, *FAST])
@@ -120,10 +105,10 @@ def test_fit_that_cannot_fit_exits_3_with_the_closest_result(small_bert_dir, tmp
 # a fit with a trimmed vocabulary and the folder it ships: tests/test_app_handoff.py
 
 
-def test_the_search_spans_ffn_width_layers_and_vocabulary(small_bert_dir, tmp_path, capsys):
+def test_the_search_spans_ffn_width_layers_and_vocabulary(small_bert_dir, small_bert_int8_bytes, tmp_path, capsys):
     # between the int8 sizes with 2 and with 3 of 4 heads gone per layer: reachable by heads, FFN width,
     # a removed layer or a trimmed vocabulary; the search weighs them all and builds only a few
-    budget_mb = (_int8_file_bytes(small_bert_dir, 2, tmp_path) + _int8_file_bytes(small_bert_dir, 3, tmp_path)) / 2e6
+    budget_mb = (small_bert_int8_bytes(2) + small_bert_int8_bytes(3)) / 2e6
     out = tmp_path / "space"
     code = main(["fit", "--model", str(small_bert_dir), "--max-mb", f"{budget_mb:.6f}", "--recipe", "int8",
                  "--ffn-fractions", "0,0.5", "--out", str(out), "--json", *FAST])

@@ -1,33 +1,152 @@
-"""Recovery inside fit: a pruned candidate is distilled from the dense teacher, and a later candidate with more
-heads removed starts from the recovered weights of the one before it instead of from scratch."""
+"""Recovery inside fit: every built structure (heads, FFN neurons, layers, a trimmed vocabulary) is distilled from
+the dense teacher; a structure with more heads removed on the same line starts from the recovered weights of the
+one before it; the artifact is the recovered model; the search's bound is measured after recovery."""
+
+import json
+
+import pytest
+import torch
 
 from edgeprune.devices import load_profile
+from edgeprune.export import load_artifact
 from edgeprune.importance import score_heads
 from edgeprune.models import adapter_for
 from edgeprune.progress import Progress
+from edgeprune.pruning.ffn import intermediate_sizes
+from edgeprune.quantize import FP32_RECIPE, RECIPES
 from edgeprune.search.builder import CandidateBuilder
 from edgeprune.search.journal import Journal
 from edgeprune.search.options import FitOptions
+from edgeprune.search.recovering import heads_beyond, recovered_key
+from edgeprune.search.space import Shape
 from edgeprune.tasks import make_task
 from tests._byo import topic_rows, write_csv
 from tests.test_fit_resume_and_budgets import Recorder
 
 
-def test_a_more_pruned_candidate_reuses_the_previous_recovered_weights(tiny_bert_dir, tmp_path):
-    task = make_task("classification", tiny_bert_dir, write_csv(tmp_path / "d.csv", topic_rows(12)), max_length=16,
-                     progress=Progress(enabled=False))
-    teacher = task.teacher().model
-    scores = score_heads(teacher, task.batches("calibration", 8), "taylor", loss_fn=task.loss).normalize_per_layer()
-    notes = Recorder()
-    builder = CandidateBuilder(teacher, scores, task, FitOptions(recover_steps=3, scoring_examples=8), tmp_path, notes,
-                               "executorch", load_profile("host"), None, Journal(tmp_path / "journal.jsonl", {}, False))
-    first = builder.recovered(builder.plan(3))
+def heads_of(model: torch.nn.Module) -> list[list[int]]:
+    return [list(block.original_heads) for block in adapter_for(model).attention_blocks(model)]
+
+
+def first_output(outputs) -> torch.Tensor:
+    if isinstance(outputs, torch.Tensor):
+        return outputs.detach()
+    return (outputs.logits if hasattr(outputs, "logits") else outputs[0]).detach()
+
+
+@pytest.fixture
+def recovering(tiny_bert_dir, tmp_path):
+    def make(**options) -> tuple[CandidateBuilder, Recorder]:
+        task = make_task("classification", tiny_bert_dir, write_csv(tmp_path / "d.csv", topic_rows(12)),
+                         max_length=16, progress=Progress(enabled=False))
+        teacher = task.teacher().model
+        scores = score_heads(teacher, task.batches("calibration", 8), "taylor",
+                             loss_fn=task.loss).normalize_per_layer()
+        notes = Recorder()
+        options = FitOptions(recover_steps=3, scoring_examples=8, **options)
+        builder = CandidateBuilder(teacher, scores, task, options, tmp_path, notes, "executorch", load_profile("host"),
+                                   None, Journal(tmp_path / "journal.jsonl", {}, False), vocabulary=task.vocabulary())
+        return builder, notes
+    return make
+
+
+def test_a_more_pruned_candidate_reuses_the_previous_recovered_weights(recovering):
+    builder, notes = recovering()
+    teacher = builder.teacher
+    first = builder.recovered(Shape(3))
     assert not any("recovering from" in n for n in notes.notes)
-    assert any(n.strip().startswith("recovered in") for n in notes.notes)
-    second = builder.recovered(builder.plan(6))
-    assert "  recovering from the recovered 3-heads-removed candidate" in notes.notes
+    assert any(n.strip().startswith("recovered 3 heads removed in") for n in notes.notes)
+    second = builder.recovered(Shape(6))
+    assert "  recovering from the recovered candidate with 3 heads removed" in notes.notes
     kept = [b.num_heads for b in adapter_for(second).attention_blocks(second)]
     assert sum(kept) == 12 - 6 and kept == [len(k) for k in builder.plan(6).kept_heads]
     # the recovered candidates are trained copies: the teacher and the first candidate are untouched
     assert sum(b.num_heads for b in adapter_for(first).attention_blocks(first)) == 9
     assert sum(b.num_heads for b in adapter_for(teacher).attention_blocks(teacher)) == 12
+
+
+def test_ffn_and_layer_structures_recover_along_their_line_to_the_structure_fit_would_cut(recovering):
+    builder, notes = recovering(ffn_fractions=(0.0, 0.5), layer_removals=(0, 1))
+    builder.recovered(Shape(2, 0.5, 1))
+    again = builder.recovered(Shape(5, 0.5, 1))
+    assert "  recovering from the recovered candidate with 2 heads removed, FFN −50%, 1 layer removed" in notes.notes
+    direct = builder.pruned(Shape(5, 0.5, 1))  # the same structure cut from the teacher in one go
+    assert heads_of(again) == heads_of(direct)
+    assert intermediate_sizes(again) == intermediate_sizes(direct) == [32, 32]
+    assert len(adapter_for(again).attention_blocks(again)) == 2  # 3 layers, 1 removed
+    # another line (no FFN removed) never starts from this one's weights
+    builder.recovered(Shape(5, 0.0, 1))
+    assert sum("recovering from" in n for n in notes.notes) == 1
+
+
+def test_the_heads_beyond_a_pruned_model_are_named_by_its_own_layer_indices(recovering):
+    builder, _ = recovering(layer_removals=(0, 1))
+    parent = builder.pruned(Shape(2, 0.0, 1))
+    plan = builder.plan(5, 1)
+    removal = heads_beyond(parent, plan.kept_heads, builder.removed_layers(1))
+    stayed = [layer for layer in range(3) if layer not in builder.removed_layers(1)]
+    assert set(removal) <= {0, 1}
+    for index, layer in enumerate(stayed):
+        assert sorted(set(heads_of(parent)[index]) - set(removal.get(index, []))) == sorted(plan.kept_heads[layer])
+
+
+def test_the_artifact_of_a_recovered_structure_is_the_recovered_model_trimmed(recovering):
+    builder, _ = recovering(ffn_fractions=(0.0, 0.5), layer_removals=(0, 1))
+    shape = Shape(4, 0.5, 1, trim_vocabulary=True)
+    recipe = RECIPES.get(FP32_RECIPE["executorch"])
+    artifact = builder.build(shape, recipe, "recovered.pte", "candidate")
+    recovered = builder.shared.recovered[shape.structure].model  # full vocabulary: the teacher's inputs
+    assert artifact.recovery.startswith("distilled from the dense teacher for 3 steps") and "pruned teacher" in (
+        artifact.recovery)
+    unrecovered = builder.pruned(shape.structure)
+    run = load_artifact(builder.work / artifact.path)
+    for inputs in builder.task.example_inputs("validation", 3):
+        expected = first_output(recovered(*inputs))
+        got = run(*builder.remap(inputs, True))[0]
+        assert torch.allclose(got, expected, atol=1e-4)
+        before = first_output(unrecovered(*inputs))
+        assert not torch.allclose(before, expected, atol=1e-3)  # recovery changed the model that was exported
+    assert artifact.vocabulary_size is not None and artifact.vocabulary_size < builder.vocabulary.original_size
+
+
+def test_the_search_bound_is_measured_after_recovery_and_borrowed_before(recovering):
+    builder, _ = recovering(ffn_fractions=(0.0, 0.5), layer_removals=(0, 1))
+    unrecovered = builder.proxy(Shape(4, 0.5, 1))
+    teacher = builder.proxy(Shape())
+    assert builder.bound(Shape(4, 0.5, 1)) == teacher  # nothing recovered yet: the dense teacher's quality
+    assert builder.bound(Shape()) == teacher
+    builder.recovered(Shape(2, 0.5, 1))
+    measured = builder.journal.proxies[recovered_key(Shape(2, 0.5, 1))]
+    assert builder.proxy(Shape(2, 0.5, 1)).value == measured["value"]  # the estimate is now the recovered one
+    assert builder.bound(Shape(2, 0.5, 1, trim_vocabulary=True)).value == measured["value"]
+    # a more compressed structure is bounded by the worse of the recovered one and the teacher, plus how far the
+    # recovered one measured above the teacher (students can beat a random teacher)
+    excess = max(0.0, measured["value"] - teacher.value)
+    expected = min(measured["value"], teacher.value) + excess
+    assert builder.bound(Shape(4, 0.5, 1)).value == pytest.approx(expected)
+    assert builder.bound(Shape(2, 0.5, 2)).value == pytest.approx(expected)
+    assert builder.bound(Shape(4, 0.0, 1)).value == pytest.approx(teacher.value + excess)  # not below (2, 0.5, 1)
+    assert builder.proxy(Shape(4, 0.5, 1)) == unrecovered  # not recovered: still the unrecovered estimate
+
+
+@pytest.mark.integration
+def test_fit_recovers_every_structure_it_builds_through_the_cli(small_bert_dir, small_bert_int8_bytes, tmp_path,
+                                                                capsys):
+    """The user's run: a budget reachable by heads, FFN width, a removed layer or a trimmed vocabulary, with
+    recovery; every pruned candidate built was distilled first, and the report says how the fitted one was."""
+    from edgeprune.cli import main
+    from tests.test_fit_integration import FAST
+
+    budget_mb = (small_bert_int8_bytes(2) + small_bert_int8_bytes(3)) / 2e6
+    out = tmp_path / "recovered"
+    code = main(["fit", "--model", str(small_bert_dir), "--max-mb", f"{budget_mb:.6f}", "--recipe", "int8",
+                 "--ffn-fractions", "0,0.5", "--recover-steps", "6", "--out", str(out), "--json", *FAST])
+    result = json.loads(capsys.readouterr().out)
+    assert code == 0, result["message"]
+    pruned = [c for c in result["candidates"] if c["label"] == "candidate" and (
+        c["plan"]["heads"]["heads_removed"] or c["ffn_fraction"] or c["layers_removed"])]
+    assert pruned and all(c["recovery"].startswith("distilled from the dense teacher for 6 steps") for c in pruned)
+    fitted = result["fitted"]
+    assert fitted["recovery"] and fitted["file_bytes"] <= budget_mb * 1e6
+    assert f"Fitted model recovered: {fitted['recovery']}." in (out / "report.md").read_text()
+    assert result["dense"]["recovery"] == ""

@@ -12,7 +12,7 @@ from edgeprune.search import Budget
 from edgeprune.search.fit import FitOptions, fit
 from edgeprune.search.journal import work_dir_for
 from edgeprune.tasks import bundled_task
-from tests.test_fit_integration import FAST, _int8_file_bytes
+from tests.test_fit_integration import FAST
 
 pytestmark = pytest.mark.integration
 
@@ -31,8 +31,8 @@ class Recorder(Progress):
             raise KeyboardInterrupt
 
 
-def test_an_interrupted_fit_resumes_from_its_last_finished_candidate(small_bert_dir, tmp_path):
-    budget = Budget(max_mb=_int8_file_bytes(small_bert_dir, 2, tmp_path) / 1e6)
+def test_an_interrupted_fit_resumes_from_its_last_finished_candidate(small_bert_dir, small_bert_int8_bytes, tmp_path):
+    budget = Budget(max_mb=small_bert_int8_bytes(2) / 1e6)
     options = FitOptions(recipes=("int8",), scoring_examples=32, ffn_fractions=(0.0,), layer_removals=(0,),
                          trim_vocabulary=False)
     out = tmp_path / "fit"

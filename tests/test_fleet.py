@@ -15,7 +15,7 @@ from edgeprune.search.fleet import fit_fleet
 from edgeprune.search.fleet_result import FleetResult
 from edgeprune.tasks import bundled_task
 from tests.sshd import free_port
-from tests.test_fit_integration import FAST, HEADS_ONLY, _int8_file_bytes
+from tests.test_fit_integration import FAST, HEADS_ONLY
 
 pytestmark = pytest.mark.integration
 
@@ -70,8 +70,9 @@ class Recorder(Progress):
         self.notes.append(message)
 
 
-def test_a_fleet_from_the_project_file_shares_work_and_decides_like_separate_fits(small_bert_dir, tmp_path, capsys):
-    tight = _int8_file_bytes(small_bert_dir, 2, tmp_path) / 1e6  # 2 of 4 heads gone per layer fits
+def test_a_fleet_from_the_project_file_shares_work_and_decides_like_separate_fits(small_bert_dir, small_bert_int8_bytes,
+                                                                                  tmp_path, capsys):
+    tight = small_bert_int8_bytes(2) / 1e6  # 2 of 4 heads gone per layer fits
     second = host_like(tmp_path, "host2")
     project = tmp_path / "edgeprune.toml"
     project.write_text(f"""[fit]

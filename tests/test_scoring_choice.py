@@ -22,12 +22,11 @@ from edgeprune.search.scoring import (
     ScoringDecision,
     ScoringTrial,
     best_trial,
-    dense_head_means,
     journaled_head_scores,
     normalization,
     scoring_decision,
 )
-from edgeprune.search.shared import SharedWork
+from edgeprune.search.shared import SharedWork, dense_head_means
 from edgeprune.search.space import Shape
 from edgeprune.serialization import from_jsonable, to_jsonable
 from edgeprune.tasks import bundled_task

@@ -77,8 +77,7 @@ def test_score_then_prune_with_their_defaults_build_fits_candidate(tiny_bert_dir
                                                                            strict=True))
 
     # the Python API: score_heads and prune with their defaults, on the same calibration inputs
-    batches = [{name: batch[name] for name in task.input_names}
-               for batch in task.batches("calibration", 16, limit=EXAMPLES)]
+    batches = task.input_batches("calibration", 16, limit=EXAMPLES)
     api_scores = edgeprune.score_heads(teacher, batches)
     assert api_scores.criterion == "fluctuation" and not api_scores.normalized_per_layer
     api_plan = edgeprune.plan_heads("global-topk", api_scores, edgeprune.SelectionAmount(remove=REMOVE))

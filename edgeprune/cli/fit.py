@@ -107,7 +107,8 @@ EXIT_CODES = ("0 every budget met; 2 bad input; 3 the budgets cannot be met (the
     click.option("--scoring-examples", type=int, default=256, show_default=True,
                  help="calibration examples for scoring"),
     click.option("--recover-steps", type=int, default=0, show_default=True,
-                 help="distil each pruned candidate from the dense teacher for N steps (0: off)"),
+                 help="distil each pruned candidate that is built (any structure) from the dense teacher for N steps "
+                 "before it is quantized (0: off)"),
     click.option("--json", is_flag=True, help="print result.json (a fleet: fleet.json) to stdout"),
     click.option("--boards", type=click.Path(path_type=Path), metavar="TOML", help="a lab on Ray (pip install "
                  "'edgeprune[cluster]'): the lab's boards ([[board]]: name, profile, connection, node_resource); a "

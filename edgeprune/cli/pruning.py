@@ -168,8 +168,7 @@ def calibration_inputs(args: SimpleNamespace) -> list[dict]:
     """The model inputs of the task's first `--examples` calibration documents, batched as fit batches them."""
     try:
         task = task_from(args)
-        return [{name: batch[name] for name in task.input_names}
-                for batch in task.batches("calibration", CALIBRATION_BATCH_SIZE, limit=args.examples)]
+        return task.input_batches("calibration", CALIBRATION_BATCH_SIZE, limit=args.examples)
     except UserInputError as error:
         raise UserInputError(f"{error} (prune measures the removed heads' mean outputs on the task's calibration "
                              "data, as fit does; --no-compensate removes them outright and needs no data)") from None

@@ -97,6 +97,8 @@ def render_markdown(result: FitResult) -> str:
         f"Dense teacher in PyTorch: test {metric} {format_quality(teacher_quality(result))} "
         f"on {(result.task.get('split_sizes') or {}).get('test', 'the')} test examples.",
     ]
+    if fitted.recovery:
+        lines.append(f"Fitted model recovered: {fitted.recovery}.")
     if speedup is not None:
         lines.append(f"Fitted p50 speed-up over the dense fp32 artifact: {speedup:.2f}× (same run, same threads).")
     runtimes = runtime_summary(result)

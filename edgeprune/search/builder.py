@@ -39,8 +39,9 @@ from edgeprune.search.estimate import HostEstimator
 from edgeprune.search.journal import Journal
 from edgeprune.search.latency import LatencyModel
 from edgeprune.search.options import FitOptions
+from edgeprune.search.recovering import bound, needs_recovery, recover, recovered_qualities
 from edgeprune.search.result import BuiltArtifact
-from edgeprune.search.shared import SharedWork
+from edgeprune.search.shared import SharedWork, calibration_inputs, dense_head_means
 from edgeprune.search.space import Shape
 from edgeprune.serialization import from_jsonable, to_jsonable
 from edgeprune.tasks.base import Quality, Split, Task
@@ -96,26 +97,11 @@ class CandidateBuilder:
         self._flops = self.shared.flops
         self._core = self.shared.core  # shapes at the ends of a line → parameters outside the embeddings
         self._size_observed: set[tuple[str, Shape]] = set()  # candidates the size model has learnt from
-        self._recovered = self.shared.recovered  # heads removed → recovered model, reused by later candidates
-        # the dense teacher's head means (`scoring.dense_head_means`), measured here when the caller has not
-        self.means = means if means is not None or not options.compensate else self._head_means()
+        # the dense teacher's head means, measured here (or taken from `shared`) when the caller has not
+        if means is None and options.compensate:
+            means = dense_head_means(teacher, task, options, self.shared)
+        self.means = means
         self.started = time.perf_counter()
-
-    def _input_batches(self) -> list[dict[str, torch.Tensor]]:
-        """Calibration batches holding only the model's inputs (what head means are measured on)."""
-        return [{name: batch[name] for name in self.task.input_names}
-                for batch in self.task.batches("calibration", self.options.scoring_batch_size,
-                                               limit=self.options.scoring_examples)]
-
-    def _head_means(self) -> HeadOutputMeans:
-        """Each head's mean output on calibration data, measured once on the dense teacher."""
-        from edgeprune.pruning.compensation import measure_head_means
-
-        if self.shared.head_means is None:
-            self.shared.head_means = measure_head_means(self.teacher, self._input_batches())
-        else:
-            self.shared.count("head means")
-        return self.shared.head_means
 
     def removed_layers(self, count: int) -> list[int]:
         """The `count` consecutive layers of the teacher that change its hidden states least (angular distance)."""
@@ -124,7 +110,8 @@ class CandidateBuilder:
         if count not in self.shared.removed_layers:
             from edgeprune.importance import score_layers
 
-            scores = score_layers(self.teacher, self._input_batches(), "angular-distance", block_size=count)
+            inputs = calibration_inputs(self.task, self.options)
+            scores = score_layers(self.teacher, inputs, "angular-distance", block_size=count)
             start = int(np.argmin(scores.scores))
             self.shared.removed_layers[count] = list(range(start, start + count))
         return self.shared.removed_layers[count]
@@ -152,7 +139,7 @@ class CandidateBuilder:
         if self.shared.neurons is None:
             from edgeprune.pruning.ffn import neuron_statistics
 
-            self.shared.neurons = neuron_statistics(self.teacher, self._input_batches())
+            self.shared.neurons = neuron_statistics(self.teacher, calibration_inputs(self.task, self.options))
         return self.shared.neurons
 
     def structure(self, shape: Shape) -> StructurePlan:
@@ -179,35 +166,14 @@ class CandidateBuilder:
         model = copy.deepcopy(self.shared.trimmed if structure.vocabulary is not None else self.teacher)
         return apply_structure(model, dataclasses.replace(structure, vocabulary=None), compensation)
 
-    def recovered(self, plan: PruningPlan) -> nn.Module:
-        """The pruned model distilled from the dense teacher; starts from the closest recovered candidate with
-        fewer heads removed whose kept heads include this plan's (global top-k plans nest), not from scratch."""
-        from edgeprune.pruning import prune_heads
-        from edgeprune.recovery import DistillConfig, DistillData, distill
+    def recovered(self, shape: Shape) -> nn.Module:
+        """The structure of `shape` distilled from the dense teacher, full vocabulary (`recovering.recover`)."""
+        return recover(self, shape)
 
-        kept = [set(layer) for layer in plan.kept_heads]
-        parents = [count for count, model in self._recovered.items() if count < plan.heads_removed and all(
-            mine <= theirs for mine, theirs in zip(kept, map(set, self.plan(count).kept_heads), strict=True))]
-        if parents:
-            parent = max(parents)
-            student = copy.deepcopy(self._recovered[parent])
-            parent_kept = self.plan(parent).kept_heads
-            removal = {layer: sorted(set(before) - kept[layer])
-                       for layer, before in enumerate(parent_kept) if set(before) - kept[layer]}
-            # the recovered parent's own head means: its heads no longer output what the teacher's did
-            prune_heads(student, removal, compensate=self._input_batches() if self.means is not None else None)
-            self.progress.note(f"  recovering from the recovered {parent}-heads-removed candidate")
-        else:
-            student = self.pruned(Shape(plan.heads_removed))
-        config = DistillConfig(max_steps=self.options.recover_steps,
-                               eval_every=max(1, self.options.recover_steps // 3), warmup_steps=min(
-                                   20, self.options.recover_steps // 5), seed=self.task.seed)
-        data = DistillData.from_task(self.task, self.options.recovery_batch_size, self.task.seed)
-        result = distill(student, self.teacher, data, config, self.progress)
-        self.progress.note(f"  recovered in {result.seconds:.0f} s: validation {result.metric} "
-                           f"{result.initial_metric:.4f} → {result.best_metric:.4f}")
-        self._recovered[plan.heads_removed] = student
-        return student.eval()
+    def bound(self, shape: Shape) -> Quality:
+        """The most an artifact of this structure can measure, as the search closes lines on: `proxy` without
+        recovery (`recovering.bound`)."""
+        return bound(self, shape)
 
     def _ends(self, shape: Shape) -> tuple[Shape, Shape, int]:
         top = self.head_counts(shape.layers_removed)[-1]
@@ -258,8 +224,13 @@ class CandidateBuilder:
         return LATENCY_MODEL_SLACK if len(points) < 2 else FITTED_LATENCY_SLACK
 
     def proxy(self, shape: Shape) -> Quality:
-        """Validation quality of the pruned fp32 model in PyTorch: a cheap upper estimate of what an artifact of
-        this structure reaches (quantization only takes away); the structure's, whatever the vocabulary."""
+        """Validation quality of the structure's fp32 model in PyTorch: a cheap upper estimate of what an artifact
+        of this structure reaches (quantization only takes away); the structure's, whatever the vocabulary. With
+        recovery, measured after recovery once the structure is recovered, before that on the unrecovered model (an
+        estimate that orders the candidates; `bound` is what closes lines)."""
+        recovered = recovered_qualities(self).get(shape.structure.key) if needs_recovery(self, shape) else None
+        if recovered is not None:
+            return recovered
         key = shape.structure.key
         proxies = self.journal.proxies
         if key not in proxies and key in self.shared.proxies:  # measured for another device of the fleet
@@ -317,7 +288,7 @@ class CandidateBuilder:
     def export_job(self, shape: Shape, recipe: Recipe) -> ExportJob | None:
         """The export a candidate will need, to start early elsewhere (`edgeprune.cluster.prefetch`); None when it
         is in the export cache already, or is recovered (recovery runs here, when the candidate is built)."""
-        if self.options.recover_steps > 0 and shape.heads_removed > 0:
+        if needs_recovery(self, shape):
             return None
         model = self.pruned(shape)
         example = self.remap(self.example, shape.trim_vocabulary)
@@ -335,12 +306,12 @@ class CandidateBuilder:
 
     def build(self, shape: Shape, recipe: Recipe, file_name: str, label: str,
               baseline: bool = False) -> BuiltArtifact:
-        recover = not baseline and self.options.recover_steps > 0 and shape.heads_removed > 0
-        plan = self.plan(shape.heads_removed, shape.layers_removed)
-        if recover and shape.heads_removed in self._recovered:
-            model = copy.deepcopy(self._recovered[shape.heads_removed]).eval()
-        elif recover:
-            model = copy.deepcopy(self.recovered(plan))  # quantization must not touch the kept recovered weights
+        recovery = ""
+        if not baseline and needs_recovery(self, shape):
+            model = copy.deepcopy(self.recovered(shape))  # quantization must not touch the kept recovered weights
+            recovery = self.shared.recovered[shape.structure].description
+            if shape.trim_vocabulary:  # recovered at the full vocabulary (the teacher's inputs), trimmed after
+                model = trim_vocabulary(model, self.structure(shape).vocabulary)
         elif baseline:
             model = copy.deepcopy(self.teacher)
         else:
@@ -370,7 +341,7 @@ class CandidateBuilder:
             vocabulary_size=len(self.vocabulary.kept_ids) if trimmed and self.vocabulary else None,
             export_seconds=round(exported.export_seconds, 2), cached_export=exported.cached,
             ffn_fraction=shape.ffn_fraction, layers_removed=self.removed_layers(shape.layers_removed),
-            core_parameters=ParameterLayout.of(model).core_parameters,
+            core_parameters=ParameterLayout.of(model).core_parameters, recovery=recovery,
         )
 
     def evaluate(self, artifact: BuiltArtifact) -> None:

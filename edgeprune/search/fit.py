@@ -40,9 +40,9 @@ from edgeprune.search.estimate import HostEstimator
 from edgeprune.search.journal import JOURNAL_NAME, Journal, prepare_out_dir
 from edgeprune.search.options import FitOptions
 from edgeprune.search.result import BuiltArtifact, FitResult, fit_status
-from edgeprune.search.scoring import dense_head_means, journaled_head_scores, normalization
+from edgeprune.search.scoring import journaled_head_scores, normalization
 from edgeprune.search.searcher import best_first_search
-from edgeprune.search.shared import SharedWork
+from edgeprune.search.shared import SharedWork, dense_head_means
 from edgeprune.search.ship import keep_only, reproduce, ship_files, summary
 from edgeprune.search.space import Shape
 from edgeprune.serialization import to_jsonable, write_text_atomic

@@ -38,7 +38,7 @@ class FitOptions:
     quality_tolerance: float | None = None
     bench_warmup: int = 5
     bench_runs: int = 30
-    recover_steps: int = 0  # > 0: distil each pruned candidate from the dense teacher for this many steps
+    recover_steps: int = 0  # > 0: distil each built pruned candidate (any structure) from the teacher this many steps
     recovery_batch_size: int = 16
 
     def __post_init__(self) -> None:
@@ -67,18 +67,5 @@ class FitOptions:
                                  f"{self.quality_tolerance}")
         if self.head_step is not None and self.head_step < 1:
             raise UserInputError(f"head_step must be >= 1, got {self.head_step}")
-        if self.recover_steps and self.trim_vocabulary:
-            raise UserInputError("recovery with a trimmed vocabulary is not supported yet; drop --trim-vocab or "
-                                 "--recover-steps")
-        if self.recover_steps and (self.ffn_fractions != (0.0,) or self.layer_removals != (0,)):
-            if self.ffn_fractions == FitOptions.ffn_fractions and self.layer_removals == FitOptions.layer_removals:
-                # recovery inside fit searches heads only; FFN and layer removal recover through `distill`
-                self.ffn_fractions, self.layer_removals = (0.0,), (0,)
-            else:
-                raise UserInputError("recovery inside fit searches heads only; with --recover-steps drop "
-                                     "--ffn-fractions/--layer-removals (edgeprune distill recovers FFN and layer "
-                                     "removal)")
-        if self.recover_steps and self.trim_vocabulary is None:
-            self.trim_vocabulary = False
 
 

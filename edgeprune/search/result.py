@@ -75,6 +75,7 @@ class BuiltArtifact:
     core_parameters: int = 0  # parameters outside the embedding tables (ties go to the candidate keeping most)
     predicted_latency_ms: float | None = None  # the latency model's p50, predicted just before the benchmark
     latency_basis: str = ""  # what that prediction rested on (edgeprune.search.latency.BASES)
+    recovery: str = ""  # how the model was distilled before export (fit's --recover-steps); "" when it was not
 
     @property
     def shape(self) -> Shape:

@@ -27,7 +27,7 @@ from edgeprune.pruning.compensation import HeadOutputMeans
 from edgeprune.search.choice import quality_tolerance
 from edgeprune.search.journal import Journal
 from edgeprune.search.options import FitOptions
-from edgeprune.search.shared import SharedWork
+from edgeprune.search.shared import SharedWork, dense_head_means
 from edgeprune.search.space import Shape
 from edgeprune.serialization import from_jsonable, to_jsonable
 from edgeprune.tasks.base import Quality, Task
@@ -156,24 +156,6 @@ def normalization(scores: HeadScores, options: FitOptions) -> str:
     return decision.choice.normalize if decision is not None else "none"
 
 
-def calibration_inputs(task: Task, options: FitOptions) -> list[dict[str, torch.Tensor]]:
-    """The calibration batches a fit scores on, holding only the model's inputs (what head means are measured on)."""
-    return [{name: batch[name] for name in task.input_names}
-            for batch in task.batches("calibration", options.scoring_batch_size, limit=options.scoring_examples)]
-
-
-def dense_head_means(teacher: nn.Module, task: Task, options: FitOptions, shared: SharedWork) -> HeadOutputMeans:
-    """Each head's mean output on the calibration data, measured once on the dense teacher and kept in `shared`
-    (another device of a fleet counts it as reused)."""
-    from edgeprune.pruning.compensation import measure_head_means
-
-    if shared.head_means is None:
-        shared.head_means = measure_head_means(teacher, calibration_inputs(task, options))
-    else:
-        shared.count("head means")
-    return shared.head_means
-
-
 def journaled_head_scores(task: Task, model: nn.Module, options: FitOptions, progress: Progress,
                           journal: Journal, shared: SharedWork | None = None,
                           reference: Quality | None = None, means: HeadOutputMeans | None = None) -> HeadScores:
@@ -216,11 +198,9 @@ def measured_head_scores(task: Task, teacher: nn.Module, reference: Quality | No
     """`edgeprune score` without a criterion, as fit chooses: the candidates compared on `teacher` (the task's
     dense model) with the task's first `examples` calibration documents; the winner's raw scores, the decision in
     `extra["scoring"]`."""
-    from edgeprune.pruning.compensation import measure_head_means
-
     options = FitOptions(scoring_examples=examples, scoring_batch_size=batch_size, compensate=compensate)
     batches = list(task.batches("calibration", batch_size, limit=examples))
-    means = measure_head_means(teacher, calibration_inputs(task, options)) if compensate else None
+    means = dense_head_means(teacher, task, options, SharedWork()) if compensate else None
     scores, _ = choose_scoring(teacher, task, batches, means,
                                tolerance=quality_tolerance(options, reference) if reference else 0.0,
                                progress=progress)

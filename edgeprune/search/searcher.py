@@ -118,11 +118,13 @@ class BestFirstSearcher:
         gain = _largest_gain(self.anchors, space)
         for line, shape in contenders:
             estimate = signed(space.proxy(shape))
+            bound = space.bound(shape)  # = the estimate, except before recovery when fit recovers
+            named = "PyTorch estimate" if bound == space.proxy(shape) else "Bound (recovered, less compressed)"
             threshold = _threshold(self.incumbent, shape, space, self.tolerance)
-            if threshold is not None and estimate + gain <= threshold:
-                self.closed[line] = f"PyTorch estimate {space.proxy(shape).value:.4f} cannot beat the best so far"
-            elif self.floor is not None and estimate + gain < self.floor:
-                self.closed[line] = f"PyTorch estimate {space.proxy(shape).value:.4f} is under the quality floor"
+            if threshold is not None and signed(bound) + gain <= threshold:
+                self.closed[line] = f"{named} {bound.value:.4f} cannot beat the best so far"
+            elif self.floor is not None and signed(bound) + gain < self.floor:
+                self.closed[line] = f"{named} {bound.value:.4f} is under the quality floor"
             else:  # most promising first: the estimate less what this recipe was seen to lose
                 expected = estimate - _quantization_loss(line.recipe, self.anchors, self.order, space)
                 ranked.append((-expected, self.order[line.recipe], shape, line))

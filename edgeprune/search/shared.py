@@ -8,13 +8,25 @@ content-keyed export cache on disk (`task.cache_dir / "exports"`) already.
 """
 
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
+import torch
 from torch import nn
 
 from edgeprune.importance import HeadScores
-from edgeprune.pruning.compensation import HeadOutputMeans
-from edgeprune.tasks.base import Quality, Teacher
+from edgeprune.pruning.compensation import HeadOutputMeans, measure_head_means
+from edgeprune.tasks.base import Quality, Task, Teacher
+
+if TYPE_CHECKING:
+    from edgeprune.search.options import FitOptions
+
+
+@dataclass
+class RecoveredModel:
+    """A structure distilled from the dense teacher inside fit (`edgeprune.search.recovering`)."""
+
+    model: nn.Module  # at the full vocabulary
+    description: str  # how: steps, time, and the recovered weights it started from
 
 
 @dataclass
@@ -32,7 +44,7 @@ class SharedWork:
     payload: dict = field(default_factory=dict)  # (recipe, Shape) → payload bytes
     flops: dict = field(default_factory=dict)
     core: dict = field(default_factory=dict)
-    recovered: dict[int, nn.Module] = field(default_factory=dict)  # heads removed → recovered model
+    recovered: dict[Any, RecoveredModel] = field(default_factory=dict)  # structure (a search Shape) → recovered
     trimmed: nn.Module | None = None  # the teacher with the trimmed vocabulary
     proxies: dict[str, dict[str, Any]] = field(default_factory=dict)  # structure key → PyTorch Quality (JSON)
     runtime_qualities: dict[tuple[str, str], Quality] = field(default_factory=dict)  # (file sha256, split) →
@@ -48,3 +60,19 @@ class SharedWork:
 
     def count(self, what: str) -> None:
         self.reused[what] = self.reused.get(what, 0) + 1
+
+
+def calibration_inputs(task: Task, options: "FitOptions") -> list[dict[str, torch.Tensor]]:
+    """The calibration batches a fit scores on, holding only the model's inputs (what head means, neuron
+    statistics and layer distances are measured on)."""
+    return task.input_batches("calibration", options.scoring_batch_size, limit=options.scoring_examples)
+
+
+def dense_head_means(teacher: nn.Module, task: Task, options: "FitOptions", shared: SharedWork) -> HeadOutputMeans:
+    """Each head's mean output on the calibration data, measured once on the dense teacher and kept in `shared`
+    (another device of a fleet, or another candidate, counts it as reused)."""
+    if shared.head_means is None:
+        shared.head_means = measure_head_means(teacher, calibration_inputs(task, options))
+    else:
+        shared.count("head means")
+    return shared.head_means

@@ -8,12 +8,16 @@ the search assumes quality does not rise with compression in any one dimension (
 structures that cannot beat one already measured) and that size and latency do not rise either.
 """
 
+import re
 from collections.abc import Iterable
 from dataclasses import dataclass
 
 from edgeprune.errors import UserInputError
 
 MAX_FFN_FRACTION = 0.9
+
+
+SHAPE_KEY = re.compile(r"h(?P<heads>\d+)-f(?P<ffn>\d+)-l(?P<layers>\d+)(?P<trim>-trim)?")
 
 
 @dataclass(frozen=True, order=True)
@@ -27,6 +31,14 @@ class Shape:
     def key(self) -> str:
         return (f"h{self.heads_removed}-f{round(self.ffn_fraction * 100)}-l{self.layers_removed}"
                 f"{'-trim' if self.trim_vocabulary else ''}")
+
+    @classmethod
+    def from_key(cls, key: str) -> "Shape":
+        """The shape whose `key` this is (journal records are keyed by it)."""
+        match = SHAPE_KEY.fullmatch(key)
+        if match is None:
+            raise ValueError(f"not a shape key: {key!r}")
+        return cls(int(match["heads"]), int(match["ffn"]) / 100, int(match["layers"]), bool(match["trim"]))
 
     @property
     def structure(self) -> "Shape":

@@ -152,6 +152,11 @@ class Task(ABC):
         for start in range(0, total, batch_size):
             yield {k: v[start:min(start + batch_size, total)] for k, v in data.items()}
 
+    def input_batches(self, split: Split, batch_size: int, limit: int | None = None) -> list[Batch]:
+        """`batches` holding only the model's inputs (no labels): what a forward pass without the task takes,
+        e.g. to measure head means or layer distances."""
+        return [{name: batch[name] for name in self.input_names} for batch in self.batches(split, batch_size, limit)]
+
     @property
     @abstractmethod
     def input_names(self) -> tuple[str, ...]:

@@ -1,0 +1,169 @@
+"""Recovery inside fit (`--recover-steps N`): every candidate structure that is built — heads, FFN neurons, whole
+layers, and any combination — is distilled from the dense teacher before it is quantized.
+
+Recovery is spent only where a candidate is built, and reuses work along a line of the search space: structures
+with the same FFN fraction and the same layers removed differ only in heads, and their global top-k head plans
+nest (a plan with more heads removed keeps a subset of the heads of one with fewer), so a structure starts from
+the recovered weights of the nearest one before it on its line, with the extra heads cut from those weights,
+instead of from the teacher. A trimmed vocabulary is recovered at the full vocabulary and trimmed afterwards
+(trimming keeps every token of the task's data, so distillation sees the same inputs either way).
+
+The PyTorch estimate of a structure is a bound on its artifacts only when it is measured on the model that is
+exported: after recovery. The unrecovered estimate is not one (recovery lifts quality, most where most was
+removed). So the searcher orders candidates by the estimate but closes lines on `bound`: after recovery, the
+recovered model's quality; before, that of a recovered structure it is at least as compressed as.
+"""
+
+import copy
+import dataclasses
+from typing import Protocol
+
+from torch import nn
+
+from edgeprune.models import adapter_for
+from edgeprune.progress import Progress
+from edgeprune.pruning import PruningPlan, prune_heads
+from edgeprune.pruning.compensation import HeadOutputMeans
+from edgeprune.search.journal import Journal
+from edgeprune.search.options import FitOptions
+from edgeprune.search.shared import RecoveredModel, SharedWork, calibration_inputs
+from edgeprune.search.space import Shape
+from edgeprune.serialization import from_jsonable, to_jsonable
+from edgeprune.tasks.base import Quality, Task
+
+
+class RecoveringBuilder(Protocol):
+    """What recovery uses of `edgeprune.search.builder.CandidateBuilder`."""
+
+    teacher: nn.Module
+    task: Task
+    options: FitOptions
+    progress: Progress
+    journal: Journal
+    shared: SharedWork
+    means: HeadOutputMeans | None
+
+    def plan(self, heads_removed: int, layers_removed: int = 0) -> PruningPlan: ...
+
+    def removed_layers(self, count: int) -> list[int]: ...
+
+    def pruned(self, shape: Shape) -> nn.Module: ...
+
+    def proxy(self, shape: Shape) -> Quality: ...
+
+
+RECOVERED = "-recovered"
+
+
+def recovered_key(shape: Shape) -> str:
+    """The journal key of a structure's PyTorch estimate measured after recovery."""
+    return f"{shape.structure.key}{RECOVERED}"
+
+
+def needs_recovery(builder: RecoveringBuilder, shape: Shape) -> bool:
+    """Whether fit distils this candidate before export: recovery is on and the shape removes something."""
+    return builder.options.recover_steps > 0 and shape.structure != Shape()
+
+
+def recovered_qualities(builder: RecoveringBuilder) -> dict[str, Quality]:
+    """Structure key → PyTorch validation quality after recovery, for every structure recovered in this fit (or
+    for another device of the fleet)."""
+    records = {**builder.shared.proxies, **builder.journal.proxies}
+    return {key.removesuffix(RECOVERED): from_jsonable(Quality, quality) for key, quality in records.items()
+            if key.endswith(RECOVERED)}
+
+
+def bound(builder: RecoveringBuilder, shape: Shape) -> Quality:
+    """What an artifact of this structure can measure at most, as the search may close lines on. Without
+    recovery, its PyTorch estimate (quantization only takes away). With recovery, the estimate measured after
+    recovery once the structure is recovered; before (its unrecovered estimate bounds nothing), the worst
+    recovered quality of the structures it is at least as compressed as, the dense teacher's included — the
+    search's own assumption that quality does not rise with compression (`edgeprune.search.space`) — plus the
+    most that assumption was seen to fail by: how far any recovered structure measured above that same figure
+    before it was recovered (a student can beat its teacher on validation: seen on a random small BERT)."""
+    if not needs_recovery(builder, shape):
+        return builder.proxy(shape)
+    recovered = recovered_qualities(builder)
+    if shape.structure.key in recovered:
+        return recovered[shape.structure.key]
+    teacher = builder.proxy(Shape())
+    measured = {Shape.from_key(key): signed_value(quality) for key, quality in recovered.items()}
+    measured[Shape()] = signed_value(teacher)
+
+    def worst_below(structure: Shape) -> float:
+        return min(value for other, value in measured.items()
+                   if other != structure and structure.at_least_as_compressed_as(other))
+
+    excess = max([0.0, *(value - worst_below(other) for other, value in measured.items() if other != Shape())])
+    value = worst_below(Shape.from_key(shape.structure.key)) + excess  # FFN fractions as rounded in the keys
+    return dataclasses.replace(teacher, value=value if teacher.higher_is_better else -value)
+
+
+def signed_value(quality: Quality) -> float:
+    """Higher is better, whatever the metric."""
+    return quality.value if quality.higher_is_better else -quality.value
+
+
+def line_parent(builder: RecoveringBuilder, shape: Shape) -> Shape | None:
+    """The recovered structure nearest before `shape` on its line (same FFN fraction and layers, fewer heads
+    removed) whose kept heads include all of this shape's; None when there is none."""
+    kept = [set(layer) for layer in builder.plan(shape.heads_removed, shape.layers_removed).kept_heads]
+    parents = [s for s in builder.shared.recovered
+               if s.ffn_fraction == shape.ffn_fraction and s.layers_removed == shape.layers_removed
+               and s.heads_removed < shape.heads_removed
+               and all(mine <= set(theirs) for mine, theirs in zip(
+                   kept, builder.plan(s.heads_removed, s.layers_removed).kept_heads, strict=True))]
+    return max(parents, key=lambda s: s.heads_removed, default=None)
+
+
+def heads_beyond(model: nn.Module, kept_heads: list[list[int]], layers_removed: list[int]) -> dict[int, list[int]]:
+    """What to remove from `model` (a pruned model whose layers `layers_removed` are gone) to keep only
+    `kept_heads` (per dense layer, dense head indices): {the model's layer index: dense head indices}."""
+    blocks = adapter_for(model).attention_blocks(model)
+    stayed = [layer for layer in range(len(kept_heads)) if layer not in set(layers_removed)]
+    removal = {}
+    for index, (block, dense_layer) in enumerate(zip(blocks, stayed, strict=True)):
+        extra = sorted(set(block.original_heads) - set(kept_heads[dense_layer]))
+        if extra:
+            removal[index] = extra
+    return removal
+
+
+def recover(builder: RecoveringBuilder, shape: Shape) -> nn.Module:
+    """The structure of `shape` distilled from the dense teacher (with the full vocabulary), kept in
+    `builder.shared.recovered` for later candidates and other devices of a fleet; its PyTorch validation
+    quality is measured after recovery and journaled as the structure's bound."""
+    from edgeprune.recovery import DistillConfig, DistillData, distill
+
+    structure = shape.structure
+    if structure in builder.shared.recovered:
+        return builder.shared.recovered[structure].model
+    options, progress = builder.options, builder.progress
+    parent = line_parent(builder, structure)
+    if parent is not None:
+        student = copy.deepcopy(builder.shared.recovered[parent].model)
+        plan = builder.plan(structure.heads_removed, structure.layers_removed)
+        removal = heads_beyond(student, plan.kept_heads, builder.removed_layers(structure.layers_removed))
+        # the recovered parent's own head means: its heads no longer output what the teacher's did
+        inputs = calibration_inputs(builder.task, options) if builder.means is not None else None
+        prune_heads(student, removal, compensate=inputs)
+        progress.note(f"  recovering from the recovered candidate with {parent.describe()}")
+    else:
+        student = builder.pruned(structure)
+    steps = options.recover_steps
+    config = DistillConfig(max_steps=steps, eval_every=max(1, steps // 3), warmup_steps=min(20, steps // 5),
+                           seed=builder.task.seed)
+    data = DistillData.from_task(builder.task, options.recovery_batch_size, builder.task.seed)
+    result = distill(student, builder.teacher, data, config, progress)
+    student.eval()
+    quality = builder.task.batched_quality(student, "validation")
+    progress.note(f"  recovered {structure.describe()} in {result.seconds:.0f} s: distillation {result.metric} "
+                  f"{result.initial_metric:.4f} → {result.best_metric:.4f}; validation {quality.metric} "
+                  f"{quality.value:.4f} in PyTorch (the structure's bound from now on)")
+    builder.journal.record_proxy(recovered_key(structure), to_jsonable(quality))
+    builder.shared.proxies[recovered_key(structure)] = builder.journal.proxies[recovered_key(structure)]
+    start = f"the recovered weights of {parent.describe()}" if parent is not None else "the pruned teacher"
+    builder.shared.recovered[structure] = RecoveredModel(student, (
+        f"distilled from the dense teacher for {steps} steps ({result.seconds:.0f} s), starting from {start}; "
+        f"validation {quality.metric} in PyTorch {quality.value:.4f} after"))
+    return student
