@@ -141,6 +141,34 @@ def quiet_third_party(verbose: bool = False) -> None:
         silence_transformers()
 
 
+@contextmanager
+def library_output_hidden() -> Iterator[None]:
+    """What native code prints while it runs — ExecuTorch's cpuinfo probes when a program loads, the LiteRT
+    converter's stage lines, TensorFlow's C++ log, warnings raised from deep inside — kept out of the user's
+    terminal unless `--verbose`; replayed to stderr if the block fails, so an error keeps its context.
+
+    The writes go straight to file descriptors 1 and 2 from C++, past Python's `sys.stderr`, so the descriptors
+    themselves are pointed at a temporary file for the block (wurlitzer). Keep the block around the library call
+    alone: edgeprune's own progress written inside it would be hidden too."""
+    if VERBOSITY.verbose or sys.__stderr__ is None or sys.__stdout__ is None:
+        yield
+        return
+    import tempfile
+
+    from wurlitzer import pipes
+
+    with tempfile.TemporaryFile(mode="w+", encoding="utf-8", errors="replace") as sink:
+        try:
+            with pipes(stdout=sink, stderr=sink):
+                yield
+        except BaseException:
+            sink.seek(0)
+            said = sink.read()
+            if said.strip():
+                sys.stderr.write(said[-4000:] if said.endswith("\n") else said[-4000:] + "\n")
+            raise
+
+
 def silence_transformers() -> None:
     from transformers.utils import logging as transformers_logging
 

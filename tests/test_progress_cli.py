@@ -3,6 +3,7 @@ chatter when stderr is a file or a pipe, a bar with an ETA on a terminal (a pseu
 errors with --quiet, and the libraries' own output back with --verbose."""
 
 import fcntl
+import json
 import os
 import pty
 import re
@@ -40,6 +41,21 @@ def test_without_a_terminal_progress_is_timestamped_lines_and_the_libraries_stay
     assert lines and all(STAMP.match(line) for line in lines), plain.stderr
     assert any("scoring heads (gate-gradient): done in" in line for line in lines)
     assert "\x1b[" not in plain.stderr and "\r" not in plain.stderr  # no colour codes, no redrawn bars
+
+
+def test_exports_to_both_runtimes_keep_the_converters_and_runtimes_native_output_out(tiny_bert_dir, tmp_path):
+    """The LiteRT converter's stage lines, TensorFlow's C++ log and ExecuTorch's cpuinfo probes are written by
+    native code straight to the file descriptors; without --verbose none of it reaches the user's stderr."""
+    base = ["export", "--model", str(tiny_bert_dir), "--max-length", "32"]
+    for runtime, recipe, name in (("litert", "litert-int8", "m.tflite"), ("executorch", "int8", "m.pte")):
+        plain = edgeprune(*base, "--runtime", runtime, "--recipe", recipe, "--out", str(tmp_path / name))
+        assert plain.returncode == 0, plain.stderr
+        assert all(STAMP.match(line) for line in plain.stderr.splitlines()), plain.stderr
+        assert json.loads(plain.stdout)["runtime"] == runtime  # stdout holds the result alone
+    verbose = edgeprune(*base, "--runtime", "litert", "--recipe", "litert-int8", "--out", str(tmp_path / "v.tflite"),
+                        "--verbose")
+    assert verbose.returncode == 0, verbose.stderr
+    assert [line for line in verbose.stderr.splitlines() if not STAMP.match(line)]  # the converter's own lines
 
 
 def test_quiet_prints_nothing_but_errors_wherever_it_is_on_the_line(tiny_bert_dir, tmp_path):

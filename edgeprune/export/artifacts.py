@@ -14,6 +14,7 @@ from edgeprune.export.base import HEAD_BYTES, DeviceRuntime, RunArtifact
 from edgeprune.export.executorch import ExecutorchRuntime
 from edgeprune.export.litert import LiteRTRuntime
 from edgeprune.export.verify import Verification, compare_artifact, rejection
+from edgeprune.progress import library_output_hidden
 from edgeprune.quantize.recipes import RECIPES, Recipe
 from edgeprune.registry import Registry
 from edgeprune.serialization import write_bytes_atomic
@@ -103,7 +104,11 @@ def export(
     suffix = RUNTIMES.get(recipe.runtime).suffix
     cache_hit = cache_dir is not None and cache_key is not None and (Path(cache_dir) / f"{cache_key}{suffix}").exists()
     # a cache hit needs no quantized module, unless it is verified; calibrating costs a pass over every input
-    prepared = module if cache_hit and verify_on is None else recipe.apply(module, calibration)
+    if cache_hit and verify_on is None:
+        prepared = module
+    else:
+        with library_output_hidden():
+            prepared = recipe.apply(module, calibration)
     artifact = export_prepared(prepared, example_inputs, path, recipe, cache_dir, cache_key)
     if verify_on is None:
         return artifact
@@ -130,7 +135,8 @@ def export_prepared(
     if cached_file is not None and cached_file.exists():
         data, cached = cached_file.read_bytes(), True
     else:
-        data, cached = runtime.lower(prepared, example_inputs, recipe), False
+        with library_output_hidden():  # the converters' own stage lines and C++ logs
+            data, cached = runtime.lower(prepared, example_inputs, recipe), False
         if cached_file is not None:
             write_bytes_atomic(cached_file, data)
     write_bytes_atomic(Path(path), data)
@@ -186,7 +192,8 @@ def load_artifact(path: Path, threads: int | None = None) -> RunArtifact:
     runtime = RUNTIMES.get(name)
     runtime.require()
     try:
-        return runtime.load(path, threads)
+        with library_output_hidden():  # ExecuTorch's cpuinfo probes, LiteRT's delegate lines
+            return runtime.load(path, threads)
     except (RuntimeError, ValueError) as error:
         message = " ".join(str(error).split())
         raise VerificationError(f"{runtime.name} cannot load {path} ({message}); export it again") from None

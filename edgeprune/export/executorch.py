@@ -9,6 +9,7 @@ from torch import nn
 from edgeprune.errors import VerificationError
 from edgeprune.export.base import DeviceRuntime, RunArtifact
 from edgeprune.export.program_facts import ProgramFacts, RuntimeInfo, TensorSpec, package_version
+from edgeprune.progress import library_output_hidden
 from edgeprune.quantize.recipes import Recipe
 
 EXTENDED_HEADER = b"eh00"  # after the identifier: program size, segment offset and segment size (little-endian)
@@ -84,7 +85,8 @@ class ExecutorchRuntime(DeviceRuntime):
         from executorch.runtime import Runtime
 
         try:
-            program = Runtime.get().load_program(str(path))
+            with library_output_hidden():  # the runtime's cpuinfo probes on first use
+                program = Runtime.get().load_program(str(path))
             method = "forward" if "forward" in program.method_names else sorted(program.method_names)[0]
             meta = program.metadata(method)
             inputs = [_tensor_spec(meta.input_tensor_meta(i), f"input_{i}") for i in range(meta.num_inputs())]

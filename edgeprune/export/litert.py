@@ -16,6 +16,7 @@ from torch import nn
 from edgeprune.errors import VerificationError
 from edgeprune.export.base import DeviceRuntime, RunArtifact
 from edgeprune.export.program_facts import ProgramFacts, RuntimeInfo, TensorSpec, package_version
+from edgeprune.progress import library_output_hidden
 from edgeprune.quantize.recipes import Recipe
 
 # what the interpreter says of a valid model whose ops this machine's LiteRT lacks (the device's may have them)
@@ -28,6 +29,9 @@ class LiteRTProgram:
 
         self.path = Path(path)
         self._interpreter = Interpreter(str(self.path), num_threads=threads or 1)
+        # applies the default (XNNPACK) delegate now, while `load_artifact` hides what LiteRT prints about it,
+        # rather than at the first call
+        self._interpreter.allocate_tensors()
         self._runner = self._interpreter.get_signature_runner()
         details = self._runner.get_input_details()
         self._inputs = signature_order(details)
@@ -105,8 +109,9 @@ class LiteRTRuntime(DeviceRuntime):
         from ai_edge_litert.interpreter import Interpreter
 
         try:
-            interpreter = Interpreter(str(path), num_threads=1)
-            interpreter.allocate_tensors()  # applies the default delegate (before a runner holds its tensors)
+            with library_output_hidden():  # LiteRT's line about the delegate it created
+                interpreter = Interpreter(str(path), num_threads=1)
+                interpreter.allocate_tensors()  # applies the default delegate (before a runner holds its tensors)
             method = next(iter(interpreter.get_signature_list()))
             runner = interpreter.get_signature_runner(method)
             inputs = _tensor_specs(runner.get_input_details())

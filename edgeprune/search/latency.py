@@ -1,7 +1,8 @@
 """A latency model fitted to the device's own measurements as they arrive: latency against matmul FLOPs.
 
-Per recipe, p50 ≈ a + b·FLOPs by least squares once two candidates are measured; with one measurement,
-latency scales with FLOPs through the origin; before any measurement of a recipe, the ratio measured for
+Per recipe, p50 ≈ a + b·FLOPs by least squares once candidates at least `MIN_FITTED_SPAN` apart in FLOPs are
+measured and the line rises with work; otherwise (one measurement, measurements of nearly the same work, or a
+falling line) latency scales with FLOPs through the origin; before any measurement of a recipe, the ratio measured for
 another recipe of the same runtime is borrowed (never across runtimes: LiteRT int8 ran at half ExecuTorch int8's
 p50 on MiniLM here, docs/FINDINGS.md). Before any measurement of its runtime, the device profile's peak compute
 and memory bandwidth give a roofline bound, max(FLOPs / peak, weight bytes / bandwidth): a lower bound on the real
@@ -16,7 +17,13 @@ from dataclasses import dataclass, field
 from edgeprune.quantize.recipes import RECIPES
 
 # what a prediction was based on, most informed first (LatencyModel.basis)
-BASES = ("fitted", "one point", "borrowed", "roofline", "none")
+BASES = ("fitted", "proportional", "borrowed", "roofline", "none")
+# a line is fitted only to measurements whose FLOPs span this ratio: two candidates a few heads apart differ by
+# less work than a p50 varies run to run (±5 % here), and a line through them can say anything. On MiniLM, LiteRT
+# int8 with FFN −25 % measured 2.37 ms and with 6 heads more removed 2.46 ms; the flat line through those two
+# predicted every smaller candidate at 2.4 ms and closed the runtime's line under a 2.25 ms budget that a
+# smaller candidate met at 1.34 ms (docs/FINDINGS.md).
+MIN_FITTED_SPAN = 1.2
 
 
 @dataclass
@@ -39,11 +46,11 @@ class LatencyModel:
             points.append((flops, p50_ms))
 
     def basis(self, recipe: str) -> str:
-        """What `predict` for `recipe` rests on now: a line fitted to two or more of its measurements ("fitted"),
-        one of them ("one point"), another recipe's ("borrowed"), the profile's roofline, or nothing."""
+        """What `predict` for `recipe` rests on now: a line fitted to its measurements ("fitted"), their ratio
+        through the origin ("proportional"), another recipe's ("borrowed"), the profile's roofline, or nothing."""
         points = self.observations.get(recipe)
         if points:
-            return "fitted" if len({f for f, _ in points}) >= 2 else "one point"
+            return "fitted" if _line(points) is not None else "proportional"
         if self._borrowed(recipe):
             return "borrowed"
         return "roofline" if self.peak_gflops or self.bandwidth_gbs else "none"
@@ -53,16 +60,11 @@ class LatencyModel:
         points = self.observations.get(recipe) or self._borrowed(recipe)
         if not points:
             return self.roofline_ms(flops, weight_bytes)
-        distinct = {f for f, _ in points}
-        if len(distinct) < 2:
-            ratio = sum(ms for _, ms in points) / sum(f for f, _ in points)
-            return ratio * flops
-        mean_f = sum(f for f, _ in points) / len(points)
-        mean_ms = sum(ms for _, ms in points) / len(points)
-        slope = sum((f - mean_f) * (ms - mean_ms) for f, ms in points) / sum((f - mean_f) ** 2 for f, _ in points)
-        slope = max(slope, 0.0)  # more work is never faster; noise must not invert the order
-        return mean_ms + slope * (flops - mean_f)
-
+        line = _line(points)
+        if line is None:  # more work is never faster: noise must not invert the order, nor flatten it
+            return sum(ms for _, ms in points) / sum(f for f, _ in points) * flops
+        intercept, slope = line
+        return intercept + slope * flops
 
     def lender(self, recipe: str) -> str | None:
         """The recipe whose measurements `recipe` borrows: the first measured of its runtime (any measured one for
@@ -73,6 +75,18 @@ class LatencyModel:
     def _borrowed(self, recipe: str) -> list[tuple[int, float]] | None:
         lender = self.lender(recipe)
         return None if lender is None else self.observations[lender]
+
+
+def _line(points: list[tuple[int, float]]) -> tuple[float, float] | None:
+    """Least squares (intercept ms, slope ms per FLOP) through `points`, when they span enough work to fit one
+    (`MIN_FITTED_SPAN`) and it rises with work; None otherwise."""
+    flops = [f for f, _ in points]
+    if min(flops) <= 0 or max(flops) < MIN_FITTED_SPAN * min(flops):
+        return None
+    mean_f = sum(flops) / len(points)
+    mean_ms = sum(ms for _, ms in points) / len(points)
+    slope = sum((f - mean_f) * (ms - mean_ms) for f, ms in points) / sum((f - mean_f) ** 2 for f in flops)
+    return None if slope <= 0 else (mean_ms - slope * mean_f, slope)
 
 
 def _runtime(recipe: str) -> str | None:
