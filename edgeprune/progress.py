@@ -164,8 +164,8 @@ def library_output_hidden() -> Iterator[None]:
         except BaseException:
             sink.seek(0)
             said = sink.read()
-            if said.strip():
-                sys.stderr.write(said[-4000:] if said.endswith("\n") else said[-4000:] + "\n")
+            if said.strip():  # its last 4,000 characters: where the library said what went wrong
+                sys.stderr.write(said[-4000:].rstrip("\n") + "\n")
             raise
 
 

@@ -11,7 +11,8 @@ instead of from the teacher. A trimmed vocabulary is recovered at the full vocab
 The PyTorch estimate of a structure is a bound on its artifacts only when it is measured on the model that is
 exported: after recovery. The unrecovered estimate is not one (recovery lifts quality, most where most was
 removed). So the searcher orders candidates by the estimate but closes lines on `bound`: after recovery, the
-recovered model's quality; before, that of a recovered structure it is at least as compressed as.
+recovered model's quality; before, the worst recovered quality of the structures it is at least as compressed
+as, plus the most that rule was seen to fail by.
 """
 
 import copy
@@ -79,8 +80,8 @@ def bound(builder: RecoveringBuilder, shape: Shape) -> Quality:
     recovery once the structure is recovered; before (its unrecovered estimate bounds nothing), the worst
     recovered quality of the structures it is at least as compressed as, the dense teacher's included — the
     search's own assumption that quality does not rise with compression (`edgeprune.search.space`) — plus the
-    most that assumption was seen to fail by: how far any recovered structure measured above that same figure
-    before it was recovered (a student can beat its teacher on validation: seen on a random small BERT)."""
+    most that assumption is seen to fail by: how far any recovered structure measures above the same figure
+    for it (a student can beat its teacher on validation: seen on a random small BERT)."""
     if not needs_recovery(builder, shape):
         return builder.proxy(shape)
     recovered = recovered_qualities(builder)
