@@ -150,3 +150,10 @@ def test_fit_recovers_every_structure_it_builds_through_the_cli(small_bert_dir, 
     assert fitted["recovery"] and fitted["file_bytes"] <= budget_mb * 1e6
     assert f"Fitted model recovered: {fitted['recovery']}." in (out / "report.md").read_text()
     assert result["dense"]["recovery"] == ""
+
+
+@pytest.mark.parametrize("shape", [Shape(), Shape(6), Shape(4, 0.25, 1), Shape(44, 0.5, 2, True)])
+def test_a_shape_is_read_back_from_its_journal_key(shape):
+    assert Shape.from_key(shape.key) == shape and recovered_key(shape) == f"{shape.structure.key}-recovered"
+    with pytest.raises(ValueError, match="not a shape key"):
+        Shape.from_key(f"{shape.key}-recovered")
