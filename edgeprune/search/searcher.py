@@ -117,9 +117,10 @@ class BestFirstSearcher:
         ranked = []
         gain = _largest_gain(self.anchors, space)
         for line, shape in contenders:
-            estimate = signed(space.proxy(shape))
+            proxy = space.proxy(shape)
+            estimate = signed(proxy)
             bound = space.bound(shape)  # = the estimate, except before recovery when fit recovers
-            named = "PyTorch estimate" if bound == space.proxy(shape) else "Bound (recovered, less compressed)"
+            named = "PyTorch estimate" if bound == proxy else "Bound (recovered, less compressed)"
             threshold = _threshold(self.incumbent, shape, space, self.tolerance)
             if threshold is not None and signed(bound) + gain <= threshold:
                 self.closed[line] = f"{named} {bound.value:.4f} cannot beat the best so far"
