@@ -15,8 +15,8 @@ if TYPE_CHECKING:
 PERCENTILES = (50, 90, 99)
 # what max_memory_mb limits: "artifact", the resident memory that loading and running the artifact adds to its
 # process (peak less the process before the program loads: what an app pays), or "process", the benchmark
-# process's whole peak (a Python runner's includes the interpreter and the runtime's import: 357 MB with torch
-# here before any program loads, docs/FINDINGS.md)
+# process's whole peak (a Python runner's includes the interpreter and the runtime's import: 224 MB with torch
+# here before an ExecuTorch program loads, docs/FINDINGS.md)
 MEMORY_MEASURES = ("artifact", "process")
 RELATIVE_QUALITY = re.compile(r"^-(\d+(?:\.\d+)?)%$")
 
