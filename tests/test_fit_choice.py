@@ -8,7 +8,7 @@ from edgeprune.pruning.plan import PruningPlan
 from edgeprune.pruning.structure import StructurePlan
 from edgeprune.quantize import RECIPES
 from edgeprune.search.budget import Budget
-from edgeprune.search.choice import choose, pareto_front
+from edgeprune.search.choice import choose, format_against, pareto_front
 from edgeprune.search.result import BuiltArtifact
 from edgeprune.tasks.base import Quality
 from tests.test_budget import bench
@@ -111,3 +111,14 @@ def test_budget_checks_carry_their_kind_and_flag_and_old_results_infer_them():
         assert old.kind == check.kind
     with pytest.raises(ValueError, match="kind must be one of"):
         BudgetCheck("size", 1, 1, "MB", True, "measured", kind="weight")
+
+
+@pytest.mark.parametrize(("value", "limit", "shown"), [
+    (5.003968, 5.0, ("5.004", "5.000")),  # a file a few kB over a 5 MB budget: never "5.00 > 5.00"
+    (5.15, 5.0, ("5.15", "5.00")),
+    (0.8104, 0.8, ("0.81", "0.80")),
+    (5.0, 5.0, ("5.00", "5.00")),
+    (None, 5.0, ("unknown", "5.00")),
+])
+def test_a_value_and_its_limit_print_differently_when_they_differ(value, limit, shown):
+    assert format_against(value, limit) == shown

@@ -113,3 +113,15 @@ def pareto_front(candidates: list[BuiltArtifact], budget: Budget) -> list[str]:
 
 def format_value(value: float | None) -> str:
     return "unknown" if value is None else f"{value:.2f}"
+
+
+def format_against(value: float | None, limit: float | None) -> tuple[str, str]:
+    """A value and its limit with two decimals, or as many more (up to six) as it takes for different numbers to
+    print differently: a 5,003,968-byte file is "5.004 > 5.000 MB", not "5.00 > 5.00 MB"."""
+    if value is None or limit is None or value == limit:
+        return format_value(value), format_value(limit)
+    for decimals in range(2, 7):
+        shown = f"{value:.{decimals}f}", f"{limit:.{decimals}f}"
+        if shown[0] != shown[1]:
+            return shown
+    return shown

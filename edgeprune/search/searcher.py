@@ -10,7 +10,7 @@ from edgeprune.progress import Progress
 from edgeprune.quantize import RECIPES, fidelity_rank
 from edgeprune.search.budget import Budget
 from edgeprune.search.builder import CandidateBuilder, elapsed_text, signed
-from edgeprune.search.choice import best_meeting_budget, format_value, quality_tolerance
+from edgeprune.search.choice import best_meeting_budget, format_against, quality_tolerance
 from edgeprune.search.result import BuiltArtifact, Trial
 from edgeprune.search.space import Line, Shape, lines
 from edgeprune.serialization import from_jsonable, to_jsonable
@@ -156,7 +156,7 @@ class BestFirstSearcher:
             size_only = all(c.kind == "size" for c in over_budget)
             self.over.append((proposal.recipe, shape if size_only else dataclasses.replace(shape,
                                                                                          trim_vocabulary=True)))
-            failed = ", ".join(f"{c.name} {format_value(c.value)} > {format_value(c.limit)} {c.unit}".strip()
+            failed = ", ".join(f"{c.name} {' > '.join(format_against(c.value, c.limit))} {c.unit}".strip()
                                for c in over_budget)
             self.progress.note(f"  over budget ({failed}): compressing further")
         else:

@@ -15,7 +15,7 @@ from edgeprune.importance import HeadScores
 from edgeprune.quantize.trimmed_tokenizer import TokenizerRewrite, rewrite_tokenizer_files
 from edgeprune.quantize.vocabulary import VocabularyMap
 from edgeprune.search.budget import Budget
-from edgeprune.search.choice import format_value
+from edgeprune.search.choice import format_against
 from edgeprune.search.options import FitOptions
 from edgeprune.search.result import BuiltArtifact
 from edgeprune.search.scoring import normalization, scoring_decision
@@ -130,9 +130,9 @@ def summary(fits: bool, fitted: BuiltArtifact, budget: Budget, binding: list[str
     """The fit's one-line outcome; `estimated`: the device was not reachable and its figures were estimated here."""
     size = f"{fitted.file_bytes / 1e6:.2f} MB"
     heads = f"{fitted.describe()} (of {total_heads(fitted)} heads)"
-    measured = "; ".join(f"{c.name} {format_value(c.value)}{(' ' + c.unit) if c.unit else ''} "
-                         f"(limit {format_value(c.limit)})"
-                         for c in fitted.checks)
+    shown = [(c, *format_against(c.value, c.limit)) for c in fitted.checks]
+    measured = "; ".join(f"{c.name} {value}{(' ' + c.unit) if c.unit else ''} (limit {limit})"
+                         for c, value, limit in shown)
     if fits and estimated:
         return (f"fits every budget as ESTIMATED here, the device not being reachable (nothing was measured on it), "
                 f"with {fitted.recipe.name}, {heads}: {measured or size}")
