@@ -114,7 +114,7 @@ def test_budget_checks_carry_their_kind_and_flag_and_old_results_infer_them():
 
 
 @pytest.mark.parametrize(("value", "limit", "shown"), [
-    (5.003968, 5.0, ("5.004", "5.000")),  # a file a few kB over a 5 MB budget: never "5.00 > 5.00"
+    (5.00354, 5.0, ("5.004", "5.000")),  # a file 3.5 kB over a 5 MB budget: never "5.00 > 5.00"
     (5.15, 5.0, ("5.15", "5.00")),
     (0.8104, 0.8, ("0.81", "0.80")),
     (5.0, 5.0, ("5.00", "5.00")),

@@ -117,7 +117,7 @@ def format_value(value: float | None) -> str:
 
 def format_against(value: float | None, limit: float | None) -> tuple[str, str]:
     """A value and its limit with two decimals, or as many more (up to six) as it takes for different numbers to
-    print differently: a 5,003,968-byte file is "5.004 > 5.000 MB", not "5.00 > 5.00 MB"."""
+    print differently: a 5,003,540-byte file is "5.004 > 5.000 MB", not "5.00 > 5.00 MB"."""
     if value is None or limit is None or value == limit:
         return format_value(value), format_value(limit)
     for decimals in range(2, 7):
