@@ -10,7 +10,7 @@ import pytest
 import torch
 
 from edgeprune.bench.benchmark import RUNNER
-from edgeprune.bench.runner import executorch_bindings
+from edgeprune.bench.runner import executorch_bindings, load_forward
 from edgeprune.export import export
 
 
@@ -48,9 +48,7 @@ def test_the_cheap_binding_runs_the_program_as_the_public_runtime_does(small_pte
     path, model, example = small_pte
     bindings = executorch_bindings()
     assert bindings.__name__ == "executorch.extension.pybindings._C"  # the cheap route exists in this version
-    program = bindings._load_program(str(path), enable_etdump=False, debug_buffer_size=0,
-                                     program_verification=bindings.Verification.InternalConsistency)
-    cheap = program.load_method("forward")(list(example))
+    cheap = load_forward(bindings, str(path))(list(example))
     public = Runtime.get().load_program(str(path)).load_method("forward").execute(list(example))
     assert torch.equal(cheap[0], public[0])
     torch.testing.assert_close(cheap[0], model(*example), rtol=1e-5, atol=1e-5)

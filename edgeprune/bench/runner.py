@@ -86,11 +86,16 @@ def executorch_runner(artifact: str, inputs: list, threads: int):  # noqa: ANN20
     bindings._unsafe_reset_threadpool(threads)  # before any program loads
     tensors = [torch.from_numpy(array) for array in inputs]
     yield
-    # what executorch.runtime.Runtime.load_program does with a path, at its default verification
+    method = load_forward(bindings, artifact)
+    yield lambda: method(tensors)
+
+
+def load_forward(bindings, artifact: str):  # noqa: ANN001, ANN201 - the binding module; its method object
+    """The program's forward method, as `executorch.runtime.Runtime.load_program(path).load_method("forward")`
+    loads it (the same verification level); call it with the list of input tensors."""
     program = bindings._load_program(artifact, enable_etdump=False, debug_buffer_size=0,
                                      program_verification=bindings.Verification.InternalConsistency)
-    method = program.load_method("forward")
-    yield lambda: method(tensors)
+    return program.load_method("forward")
 
 
 def litert_runner(artifact: str, inputs: list, threads: int):  # noqa: ANN201 - returns a zero-arg callable
