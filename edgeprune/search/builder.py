@@ -217,10 +217,11 @@ class CandidateBuilder:
         """How far over the budget a predicted latency may be and still be built: widest on the measurements of a
         recipe with more bits, wide while the model scales one recipe's measurements through the origin or borrows
         another's, narrow once a line is fitted to this recipe's measurements (`LatencyModel.basis`)."""
-        lender = self.latency_model.lender(recipe.name) if self.latency_model.basis(recipe.name) == "borrowed" else None
+        basis = self.latency_model.basis(recipe.name)
+        lender = self.latency_model.lender(recipe.name) if basis == "borrowed" else None
         if lender is not None and fidelity_rank(RECIPES.get(lender))[0] < fidelity_rank(recipe)[0]:
             return BORROWED_LATENCY_SLACK
-        return FITTED_LATENCY_SLACK if self.latency_model.basis(recipe.name) == "fitted" else LATENCY_MODEL_SLACK
+        return FITTED_LATENCY_SLACK if basis == "fitted" else LATENCY_MODEL_SLACK
 
     def proxy(self, shape: Shape) -> Quality:
         """Validation quality of the structure's fp32 model in PyTorch: a cheap upper estimate of what an artifact
