@@ -1,14 +1,18 @@
 """A three-device fleet of `minilm-bbc` against three separate fits, and the fleet with its boards on Ray: wall time
 side by side in one run. Prints a table, writes JSON.
 
-    flock /tmp/edgeprune-heavy.lock .venv/bin/python benchmarks/fleet.py [--out benchmarks/results]
+    flock /tmp/edgeprune-heavy.lock .venv/bin/python benchmarks/fleet.py [--scenario one-budget|three-budgets]
+        [--out benchmarks/results]
 
 The devices: this machine (`host`, 2 threads) and two "boards" that are this machine behind two real sshd on
-loopback ports (1 thread each), with three different size budgets. Every arm starts from its own empty cache
+loopback ports (1 thread each). `one-budget` gives all three the same size budget (20 MB), as
+`edgeprune fit --device A --device B --device C --max-mb 20` does: the devices then need the same candidates
+and differ in their benchmarks. `three-budgets` gives each its own (30, 20 and 13 MB): each device needs
+structures no other builds, the case where sharing helps least. Every arm starts from its own empty cache
 holding only the dense teacher (copied from a warm one), so no arm borrows another's exports; within an arm the
 export cache works as it does for a user (three separate fits share exports through it, as three separate
 `edgeprune fit` runs would). The Ray arm starts a two-node Ray cluster on 127.0.0.1 (one CPU per node),
-benchmarks the two boards through a pool of actors and exports up to two upcoming candidates ahead on the
+benchmarks the two boards through a pool of actors and builds up to two upcoming candidates ahead on the
 workers (`fit --ray --boards`). On two cores any gain comes from work done once, not from
 more CPUs. The search is kept to heads and the vocabulary with the int8 recipe (FFN and layer removal off), so
 the whole run takes minutes; run nothing else meanwhile.
@@ -35,7 +39,8 @@ from edgeprune.progress import Progress  # noqa: E402
 from edgeprune.search.fleet import fit_fleet  # noqa: E402
 from tests.sshd import start_sshd  # noqa: E402
 
-BUDGETS_MB = {"host": 30.0, "lab-a": 20.0, "lab-b": 13.0}
+SCENARIOS = {"one-budget": {"host": 20.0, "lab-a": 20.0, "lab-b": 20.0},
+             "three-budgets": {"host": 30.0, "lab-a": 20.0, "lab-b": 13.0}}
 
 
 def boards_toml(folder: Path, profiles: dict[str, Path], servers: dict) -> Path:
@@ -57,14 +62,16 @@ def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--out", type=Path, default=Path("benchmarks/results"))
     parser.add_argument("--skip-ray", action="store_true", help="leave out the Ray arm")
+    parser.add_argument("--scenario", choices=sorted(SCENARIOS), default="one-budget")
     args = parser.parse_args()
+    budgets_mb = SCENARIOS[args.scenario]
     options = FitOptions(recipes=("int8",), ffn_fractions=(0.0,), layer_removals=(0,))
     root = Path(tempfile.mkdtemp(prefix="edgeprune-fleet-bench-"))
     servers = {name: start_sshd(root / f"sshd-{name}") for name in ("lab-a", "lab-b")}
     try:
         profiles = {name: server.write_profile(root, name) for name, server in servers.items()}
         devices = ["host", str(profiles["lab-a"]), str(profiles["lab-b"])]
-        budgets = {name: Budget(max_mb=mb) for name, mb in BUDGETS_MB.items()}
+        budgets = {name: Budget(max_mb=mb) for name, mb in budgets_mb.items()}
         warm = root / "cache-warm"
         os.environ["EDGEPRUNE_CACHE"] = str(warm)
         bundled_task("minilm-bbc", progress=Progress()).teacher()  # the teacher, once, for every arm
@@ -72,7 +79,7 @@ def main() -> int:
         arms: dict[str, dict] = {}
         fresh_cache(root, "separate", warm)
         separate = {}
-        for device, name in zip(devices, BUDGETS_MB, strict=True):
+        for device, name in zip(devices, budgets_mb, strict=True):
             started = time.perf_counter()
             result = fit(bundled_task("minilm-bbc", progress=Progress()), device=device, budget=budgets[name],
                          out=root / "separate" / name, options=options)
@@ -103,13 +110,13 @@ def main() -> int:
     widths = [max(len(r[i]) for r in [header, *rows]) for i in range(len(header))]
     for row in [header, ["-" * w for w in widths], *rows]:
         print("  ".join(cell.ljust(width) for cell, width in zip(row, widths, strict=True)))
-    print(f"threads: host 2, boards 1 each; torch intra-op threads in the driver {torch.get_num_threads()}; "
-          f"{os.cpu_count()} CPUs")
+    print(f"scenario {args.scenario}: budgets {budgets_mb} MB; threads: host 2, boards 1 each; torch intra-op "
+          f"threads in the driver {torch.get_num_threads()}; {os.cpu_count()} CPUs")
     args.out.mkdir(parents=True, exist_ok=True)
     summary = {"machine": {"platform": platform.platform(), "cpus": os.cpu_count(),
                            "torch_threads": torch.get_num_threads()},
-               "budgets_mb": BUDGETS_MB, "one_fit_s": single, "arms": arms}
-    path = args.out / "fleet.json"
+               "scenario": args.scenario, "budgets_mb": budgets_mb, "one_fit_s": single, "arms": arms}
+    path = args.out / f"fleet-{args.scenario}.json"
     path.write_text(json.dumps(summary, indent=2) + "\n")
     print(f"wrote {path}", file=sys.stderr)
     shutil.rmtree(root, ignore_errors=True)
@@ -131,7 +138,7 @@ def ray_arm(root: Path, warm: Path, devices: list[str], budgets: dict, options: 
         started = time.perf_counter()
         with BoardPool(load_boards(boards_toml(root, profiles, servers)), Progress()) as pool:
             fleet = fit_fleet(bundled_task("minilm-bbc", progress=Progress()), devices, budgets, root / "fleet-ray",
-                              options, boards=pool, exports_ahead=2)
+                              options, boards=pool, builds_ahead=2)
         return {"wall_s": round(time.perf_counter() - started, 1), "reused": fleet.reused,
                 "devices": {m.device: {"structure": m.structure, "file_mb": round(m.file_bytes / 1e6, 2)}
                             for m in fleet.members}}

@@ -21,6 +21,7 @@ from edgeprune.progress import Progress  # noqa: E402
 from edgeprune.search import Budget  # noqa: E402
 from edgeprune.search.fit import FitOptions, fit  # noqa: E402
 from edgeprune.tasks import bundled_task  # noqa: E402
+from edgeprune.tasks.base import Task  # noqa: E402
 from tests.sshd import start_sshd  # noqa: E402
 from tests.test_fit_integration import FAST, HEADS_ONLY  # noqa: E402
 
@@ -157,27 +158,43 @@ def test_a_pinned_board_runs_on_the_node_with_its_resource_and_a_lab_with_none_l
         assert pool.ping("another") == "no board of profile another in the pool"
 
 
-def test_exports_started_ahead_on_ray_change_no_decision(ray_cluster, small_bert_dir, tmp_path, monkeypatch):
+def test_builds_started_ahead_on_ray_change_no_decision(ray_cluster, small_bert_dir, tmp_path, monkeypatch):
     monkeypatch.setenv("EDGEPRUNE_CACHE", str(tmp_path / "own-cache"))  # not the session's shared export cache
-    # two lines (FFN kept, half removed): while one line's candidate is measured, the other's can be exported
+    # two lines (FFN kept, half removed): while one line's candidate is measured, the other's can be built
     options = FitOptions(recipes=("int8",), scoring_examples=32, ffn_fractions=(0.0, 0.5), layer_removals=(0,),
                          trim_vocabulary=False, bench_runs=20, bench_warmup=1)
     budget = Budget(max_mb=0.45)
+    evaluated_here: list[str] = []  # the splits evaluated through the runtime in this process (not a worker's)
+    measure = Task.runtime_quality
+
+    def counted(task, run, split="test", map_inputs=None):
+        evaluated_here.append(split)
+        return measure(task, run, split, map_inputs)
+
+    monkeypatch.setattr(Task, "runtime_quality", counted)
     ahead = Recorder()
-    # first, in an empty export cache: whatever it finds cached was exported by a Ray worker
-    prefetched = fit(small_task(small_bert_dir), device="host", budget=budget, out=tmp_path / "ahead", options=options,
-                     progress=ahead, exports_ahead=2)
-    summary = next(n for n in ahead.notes if n.startswith("exports started ahead on Ray: "))
-    started, landed = (int(word.strip("(")) for word in summary.split(":")[1].split()[:2])
-    assert started >= 1 and landed >= 1, summary
-    assert any(c.cached_export for c in prefetched.candidates)
+    shared = tmp_path / "shared"  # as a folder every node mounts: the workers write the artifacts there
+    shared.mkdir()
+    # first, in an empty export cache: whatever it finds cached was built by a Ray worker
+    built_ahead = fit(small_task(small_bert_dir), device="host", budget=budget, out=tmp_path / "ahead",
+                      options=options, progress=ahead, builds_ahead=2, shared_folder=shared)
+    summary = next(n for n in ahead.notes if n.startswith("candidate builds started ahead on Ray: "))
+    started, used = (int(word.strip("(")) for word in summary.split(":")[1].split()[:2])
+    assert started >= 1 and used >= 1, summary
+    assert any(c.cached_export for c in built_ahead.candidates)
+    exports = {p.name for p in (tmp_path / "own-cache" / "exports").iterdir()}
+    assert {p.name for p in shared.iterdir()} <= exports and len(list(shared.iterdir())) == started
+    with_ahead, evaluated_here[:] = evaluated_here.count("validation"), []
     plain = fit(small_task(small_bert_dir), device="host", budget=budget, out=tmp_path / "plain", options=options,
                 progress=Recorder())
+    # a candidate built ahead (found in the export cache) was evaluated there, unless over the size budget
+    evaluated_ahead = sum(c.cached_export and c.validation_quality is not None for c in built_ahead.candidates)
+    assert evaluated_ahead >= 1 and with_ahead == evaluated_here.count("validation") - evaluated_ahead
     # the same search: the same candidates in the same order, the same qualities, the same choice
-    assert [(c.recipe.name, c.describe(), c.file_bytes) for c in prefetched.candidates] == [
+    assert [(c.recipe.name, c.describe(), c.file_bytes) for c in built_ahead.candidates] == [
         (c.recipe.name, c.describe(), c.file_bytes) for c in plain.candidates]
-    assert [c.validation_quality for c in prefetched.candidates] == [c.validation_quality for c in plain.candidates]
-    assert prefetched.fitted.describe() == plain.fitted.describe() and prefetched.status == plain.status
+    assert [c.validation_quality for c in built_ahead.candidates] == [c.validation_quality for c in plain.candidates]
+    assert built_ahead.fitted.describe() == plain.fitted.describe() and built_ahead.status == plain.status
 
 
 def test_ray_auto_starts_a_ray_of_its_own_on_the_loopback_address():
@@ -208,7 +225,12 @@ def test_a_bad_boards_file_is_one_clear_line(text, message, tmp_path):
 
 
 def test_the_cli_checks_the_lab_flags_before_any_work(tmp_path, capsys):
-    assert main(["fit", "--ray", "auto", "--exports-ahead", "-1", "--out", str(tmp_path / "o"), "--quiet"]) == 2
-    assert "--exports-ahead must be 0 or more" in capsys.readouterr().err
+    assert main(["fit", "--ray", "auto", "--builds-ahead", "-1", "--out", str(tmp_path / "o"), "--quiet"]) == 2
+    assert "--builds-ahead must be 0 or more" in capsys.readouterr().err
+    assert main(["fit", "--shared-folder", str(tmp_path), "--out", str(tmp_path / "o"), "--quiet"]) == 2
+    assert "--shared-folder is for builds ahead on Ray" in capsys.readouterr().err
+    assert main(["fit", "--ray", "auto", "--shared-folder", str(tmp_path / "nowhere"), "--out", str(tmp_path / "o"),
+                 "--quiet"]) == 2
+    assert "is not a folder here" in capsys.readouterr().err
     assert main(["fit", "--boards", str(tmp_path / "none.toml"), "--out", str(tmp_path / "o"), "--quiet"]) == 2
     assert "boards file" in capsys.readouterr().err

@@ -188,10 +188,10 @@ def grid_choice(budget: Budget, tolerance: float, recipes: tuple[str, ...] = REC
 
 
 def run(budget: Budget, rejected: tuple[str, ...] = (), tolerance: float = 0.0, recipes: tuple[str, ...] = RECIPES,
-        world: type[WorldBuilder] | None = None) -> tuple[WorldBuilder, list[BuiltArtifact]]:
+        world: type[WorldBuilder] | None = None, ahead=None) -> tuple[WorldBuilder, list[BuiltArtifact]]:
     builder = (world or WorldBuilder)(FitOptions(recipes=recipes, quality_tolerance=tolerance), rejected=rejected)
     quiet = Progress(enabled=False, stream=io.StringIO())
-    candidates, builder.trials = best_first_search(builder, budget, recipes, REFERENCE, quiet)
+    candidates, builder.trials = best_first_search(builder, budget, recipes, REFERENCE, quiet, ahead)
     return builder, candidates
 
 
@@ -396,3 +396,34 @@ def test_a_searcher_restored_from_its_state_proposes_what_the_original_would(sto
         _, other = searcher()
         other.budget = Budget(max_mb=30.0)
         other.load_state_dict(state)
+
+
+class RecordingAhead:
+    """Builds ahead as the search sees them: what it asked to start, batch by batch (nothing is built)."""
+
+    def __init__(self, depth: int) -> None:
+        self.depth, self.batches = depth, []
+
+    def before_build(self, proposal, upcoming) -> None:
+        self.batches.append(((proposal.recipe, proposal.shape), [(p.recipe, p.shape) for p in upcoming]))
+
+
+@settings(max_examples=60, deadline=None)
+@given(max_mb=st.one_of(st.none(), st.floats(6.0, 30.0)), latency=st.one_of(st.none(), st.floats(3.0, 12.0)),
+       depth=st.integers(1, 3), recovering=st.booleans())
+def test_a_search_that_asks_for_batches_builds_what_it_builds_one_at_a_time(max_mb, latency, depth, recovering):
+    """Builds ahead (on Ray) must change no decision: the candidates built, their order and the trials are the
+    same; each batch starts with what is built next and holds at most `depth` others, none built already."""
+    if max_mb is None and latency is None:
+        max_mb = 100.0
+    budget = Budget(max_mb=max_mb, max_latency_ms=latency)
+    world = RecoveringWorld if recovering else WorldBuilder
+    alone, _ = run(budget, world=world)
+    ahead = RecordingAhead(depth)
+    batched, _ = run(budget, world=world, ahead=ahead)
+    assert batched.built == alone.built
+    assert [t.note for t in batched.trials] == [t.note for t in alone.trials]
+    assert [first for first, _ in ahead.batches] == batched.built
+    for index, (first, rest) in enumerate(ahead.batches):
+        assert len(rest) <= depth and first not in rest and len(set(rest)) == len(rest)
+        assert not set(rest) & set(batched.built[:index + 1])

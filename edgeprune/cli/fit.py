@@ -115,10 +115,14 @@ EXIT_CODES = ("0 every budget met; 2 bad input; 3 the budgets cannot be met (the
                  "device with boards here is benchmarked on them, one artifact at a time per board, another board of "
                  "its profile taking over from one that stops answering"),
     click.option("--ray", metavar="ADDRESS", help="run on this Ray cluster (its head's HOST:PORT, or auto to start "
-                 "one on this machine; default with --boards: $RAY_ADDRESS): the boards' actors, and the exports of "
-                 "the candidates ranked next, started on its workers while one is measured"),
-    click.option("--exports-ahead", type=int, default=2, show_default=True, metavar="N",
-                 help="with --ray: how many exports may run ahead on the cluster (0: none)"),
+                 "one on this machine; default with --boards: $RAY_ADDRESS): the boards' actors, and the builds of "
+                 "the candidates ranked next (export, verify, evaluate), started on its workers while one is "
+                 "measured"),
+    click.option("--builds-ahead", type=int, default=2, show_default=True, metavar="N",
+                 help="with --ray: how many candidate builds may run ahead on the cluster (0: none)"),
+    click.option("--shared-folder", type=click.Path(path_type=Path), metavar="DIR",
+                 help="with --ray: a folder every node mounts at this same path (e.g. NFS); builds ahead write their "
+                 "artifacts there instead of sending them through Ray's object store"),
 )
 @output_options
 @click.pass_context
@@ -173,12 +177,13 @@ def run_fit(args: SimpleNamespace) -> int:
                          layer_removals=args.layer_removals, require_device=args.require_device,
                          quality_tolerance=args.quality_tolerance)
     out = args.resume if args.resume is not None else args.out
-    ahead = args.exports_ahead if args.ray else 0
+    ahead = args.builds_ahead if args.ray else 0
     with lab_pool(lab, args.ray, task.progress) as boards:
         if len(profiles) > 1:
             return run_fleet(task, profiles, budgets, out, options, args, boards, ahead)
         result = fit_task(task, profile, budgets[profile.name], out, options, task.progress,
-                          resume=args.resume is not None, boards=boards, exports_ahead=ahead)
+                          resume=args.resume is not None, boards=boards, builds_ahead=ahead,
+                          shared_folder=args.shared_folder)
     if args.json:
         print(json.dumps(to_jsonable(result), indent=2))
     else:
@@ -208,7 +213,7 @@ def run_fleet(task, profiles: list, budgets: dict, out: Path | None, options,  #
     from edgeprune.serialization import to_jsonable
 
     result = fit_fleet(task, profiles, budgets, out, options, task.progress, resume=args.resume is not None,
-                       boards=boards, exports_ahead=ahead)
+                       boards=boards, builds_ahead=ahead, shared_folder=args.shared_folder)
     if args.json:
         print(json.dumps(to_jsonable(result), indent=2))
     else:
@@ -220,8 +225,14 @@ def run_fleet(task, profiles: list, budgets: dict, out: Path | None, options,  #
 
 def lab_boards(args: SimpleNamespace) -> list | None:
     """The boards of --boards, checked (None without --boards)."""
-    if args.exports_ahead < 0:
-        raise UserInputError(f"--exports-ahead must be 0 or more, got {args.exports_ahead}")
+    if args.builds_ahead < 0:
+        raise UserInputError(f"--builds-ahead must be 0 or more, got {args.builds_ahead}")
+    if args.shared_folder is not None:
+        if args.ray is None:
+            raise UserInputError("--shared-folder is for builds ahead on Ray; add --ray ADDRESS (or drop it)")
+        if not args.shared_folder.is_dir():
+            raise UserInputError(f"--shared-folder {args.shared_folder} is not a folder here; mount the shared "
+                                 "folder at the same path on every node")
     if args.ray is None and args.boards is None:
         return None
     from edgeprune.extras import require_extra

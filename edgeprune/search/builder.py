@@ -35,6 +35,7 @@ from edgeprune.quantize import CALIBRATION_EXAMPLES, FP32_RECIPE, RECIPES, Recip
 from edgeprune.quantize.size_model import ParameterLayout, payload_bytes
 from edgeprune.quantize.vocabulary import VocabularyMap, trim_vocabulary
 from edgeprune.search.budget import Budget
+from edgeprune.search.build_job import BuildJob
 from edgeprune.search.estimate import HostEstimator
 from edgeprune.search.journal import Journal
 from edgeprune.search.latency import LatencyModel
@@ -82,7 +83,9 @@ class CandidateBuilder:
         self.device_link = device_link
         self.estimator = estimator  # set when the device is not connected: figures are estimated
         self.boards = boards  # a lab pool with boards of this profile: benchmarks run there, not on device_link
-        self.before_benchmark: Callable[[], None] | None = None  # e.g. wait for exports running beside it
+        self.before_benchmark: Callable[[], None] | None = None  # e.g. wait for builds running beside it
+        # (sha256 of an artifact, split) → its quality, measured by a build that ran ahead (`build_job`)
+        self.measured_ahead: dict[tuple[str, str], Quality] = {}
         self.journal = journal
         self.size_model = SizeModel()
         self.latency_model = LatencyModel(profile.peak_gflops, profile.mem_bandwidth_gbs)
@@ -285,18 +288,21 @@ class CandidateBuilder:
         if artifact.benchmark is not None:
             self.latency_model.observe(recipe, self.flops(shape), artifact.benchmark.p50_ms)
 
-    def export_job(self, shape: Shape, recipe: Recipe) -> ExportJob | None:
-        """The export a candidate will need, to start early elsewhere (`edgeprune.cluster.prefetch`); None when it
-        is in the export cache already, or is recovered (recovery runs here, when the candidate is built)."""
+    def build_job(self, shape: Shape, recipe: Recipe) -> BuildJob | None:
+        """The candidate's build as a function of its inputs, to start early elsewhere (`edgeprune.cluster.ahead`);
+        None when it is in the export cache already, or is recovered (recovery runs here, when it is built)."""
         if needs_recovery(self, shape):
             return None
         model = self.pruned(shape)
-        example = self.remap(self.example, shape.trim_vocabulary)
+        trimmed = shape.trim_vocabulary
+        example = self.remap(self.example, trimmed)
         suffix = RUNTIMES.get(recipe.runtime).suffix
         target = self.task.cache_dir / "exports" / f"{content_key(model, recipe.name, example)}{suffix}"
         if target.exists():
             return None
-        return ExportJob(model, example, recipe, self.calibration(recipe, shape.trim_vocabulary), target)
+        return BuildJob(ExportJob(model, example, recipe, self.calibration(recipe, trimmed), target),
+                        [self.remap(i, trimmed) for i in self.verify_inputs],
+                        self.vocabulary if trimmed else None, f"candidate ({recipe.name})")
 
     def calibration(self, recipe: Recipe, trimmed: bool) -> list[tuple[torch.Tensor, ...]] | None:
         """Real calibration inputs, as the artifact takes them, for a calibrated recipe; None otherwise."""
@@ -357,6 +363,9 @@ class CandidateBuilder:
             key = (hashlib.file_digest(file, "sha256").hexdigest(), split)
         if key in self.shared.runtime_qualities:
             self.shared.count(f"{split} qualities through the runtime")
+            return self.shared.runtime_qualities[key]
+        if key in self.measured_ahead:  # the same file measured by a build that ran ahead elsewhere
+            self.shared.runtime_qualities[key] = self.measured_ahead.pop(key)
             return self.shared.runtime_qualities[key]
         run = load_artifact(self.work / artifact.path)
         trimmed = artifact.vocabulary_size is not None

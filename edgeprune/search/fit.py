@@ -51,7 +51,7 @@ from edgeprune.tasks.metrics import per_class_regressions
 
 if TYPE_CHECKING:  # Ray is an extra: the pool is imported only where one is made
     from edgeprune.cluster import BoardPool
-    from edgeprune.cluster.prefetch import ExportPrefetcher
+    from edgeprune.cluster.ahead import RayBuildsAhead
 
 BASELINE_STEM = "dense-fp32"
 
@@ -73,14 +73,15 @@ def fit(
     progress: Progress | None = None,
     resume: bool = False,
     boards: "BoardPool | None" = None,
-    exports_ahead: int = 0,
+    builds_ahead: int = 0,
+    shared_folder: Path | None = None,
     **task_options: Any,
 ) -> FitResult:
     """Fit a model to a device: `fit("my-model/", "classification", "reviews.csv", device="pi5",
     budget=Budget(max_mb=25))`, or `fit(task)` with a Task built in Python (e.g. `bundled_task("minilm-bbc")`).
 
-    `task_options` go to the task (text_column, label_column, max_length, ratios, seed, head, ...); `boards` and
-    `exports_ahead` (a lab on Ray) are `fit_task`'s.
+    `task_options` go to the task (text_column, label_column, max_length, ratios, seed, head, ...); `boards`,
+    `builds_ahead` and `shared_folder` (a lab on Ray) are `fit_task`'s.
     """
     from edgeprune.tasks import make_task
 
@@ -94,7 +95,7 @@ def fit(
                                  "causal-lm, image-classification) and the data file or folder")
         the_task = make_task(task, model, data, **task_options)
     return fit_task(the_task, device, budget, out, options, progress, resume, boards=boards,
-                    exports_ahead=exports_ahead)
+                    builds_ahead=builds_ahead, shared_folder=shared_folder)
 
 
 def fit_task(
@@ -107,7 +108,8 @@ def fit_task(
     resume: bool = False,
     shared: SharedWork | None = None,
     boards: "BoardPool | None" = None,
-    exports_ahead: int = 0,
+    builds_ahead: int = 0,
+    shared_folder: Path | None = None,
 ) -> FitResult:
     """Fit `task`'s model to `device` within `budget`; write the artifact, result.json and the reports to `out`.
 
@@ -116,8 +118,9 @@ def fit_task(
     (and `options.require_device` is off) the figures are estimated here and a fit's status is "fit (estimated)";
     that is said first, before any work. `shared` carries the device-independent work of a fleet from one
     device's fit to the next (`fit_fleet`). `boards`, a lab pool on Ray, benchmarks on its boards of this profile
-    instead of the profile's own connection; `exports_ahead` > 0 (this process connected to Ray) exports that
-    many of the candidates ranked next on Ray workers while one is measured (`edgeprune.cluster.prefetch`).
+    instead of the profile's own connection; `builds_ahead` > 0 (this process connected to Ray) builds that
+    many of the candidates ranked next on Ray workers while one is measured (`edgeprune.cluster.ahead`), their
+    artifacts sent back through Ray's object store, or written to `shared_folder` when every node mounts it.
     """
     profile = device if isinstance(device, DeviceProfile) else load_profile(device)
     budget = budget or Budget.for_device(profile)
@@ -167,13 +170,13 @@ def fit_task(
                                        shared, None if estimator else pool, means)
             mark = time.perf_counter()
             dense = _dense_baseline(builder, runtime, journal)
-            prefetch = _prefetcher(builder, exports_ahead, progress)
+            ahead = _builds_ahead(builder, builds_ahead, shared_folder, progress)
             try:
                 candidates, trials = best_first_search(builder, budget, recipes, teacher.validation, progress,
-                                                       prefetch)
+                                                       ahead)
             finally:
-                if prefetch is not None:
-                    progress.note(prefetch.close())
+                if ahead is not None:
+                    progress.note(ahead.close())
             timings["search"] = time.perf_counter() - mark
 
         mark = time.perf_counter()
@@ -247,14 +250,15 @@ def _estimator_if_unreachable(profile: DeviceProfile, options: FitOptions, progr
     return estimator
 
 
-def _prefetcher(builder: CandidateBuilder, depth: int, progress: Progress) -> "ExportPrefetcher | None":
+def _builds_ahead(builder: CandidateBuilder, depth: int, shared_folder: Path | None,
+                  progress: Progress) -> "RayBuildsAhead | None":
     if depth <= 0:
         return None
-    from edgeprune.cluster.prefetch import ExportPrefetcher
+    from edgeprune.cluster.ahead import RayBuildsAhead
 
-    prefetch = ExportPrefetcher(builder, depth, progress)
-    builder.before_benchmark = prefetch.quiet  # no export beside a benchmark
-    return prefetch
+    ahead = RayBuildsAhead(builder, depth, progress, shared_folder)
+    builder.before_benchmark = ahead.quiet  # no build beside a benchmark
+    return ahead
 
 
 def _unreachable(profile: DeviceProfile) -> str | None:

@@ -41,14 +41,16 @@ def fit_fleet(
     progress: Progress | None = None,
     resume: bool = False,
     boards: "BoardPool | None" = None,
-    exports_ahead: int = 0,
+    builds_ahead: int = 0,
+    shared_folder: Path | None = None,
 ) -> FleetResult:
     """Fit `task`'s model to every device in `devices` (names or profiles, in the order given); write one fit
     folder per device under `out` and fleet.json, fleet.md and fleet.html next to them.
 
     `budgets` maps a device name to its budget (default: the profile's). The first device pays for the shared
     work; put the device whose fit explores most (the tightest budget) first. `boards` (a lab pool on Ray)
-    benchmarks each device whose profile it has boards of on those boards; `exports_ahead` as for `fit_task`.
+    benchmarks each device whose profile it has boards of on those boards; `builds_ahead` and `shared_folder`
+    as for `fit_task`.
     """
     from edgeprune.search.fit import default_out_dir
 
@@ -81,7 +83,7 @@ def fit_fleet(
         try:
             result = fit_task(task, profile, budget, folder, options, progress,
                               resume=resume and work_dir_for(folder).is_dir(), shared=shared, boards=boards,
-                              exports_ahead=exports_ahead)
+                              builds_ahead=builds_ahead, shared_folder=shared_folder)
         except Interrupted as interrupted:
             raise Interrupted(f"{interrupted}; the whole fleet continues with --resume {out}") from interrupted
         except EdgepruneError as error:  # this device only: the others are still worth fitting

@@ -30,11 +30,13 @@ class Proposal:
     closest: bool = False  # nothing met every budget: the most compressed candidate, measured in full
 
 
-class BeforeBuild(Protocol):
-    """Work to start before a proposal is built, knowing what the searcher ranks next (e.g. exports elsewhere:
-    `edgeprune.cluster.prefetch.ExportPrefetcher`); it must not change what the searcher decides."""
+class BuildsAhead(Protocol):
+    """Builds started early elsewhere, knowing what the searcher ranks next (e.g. on Ray workers:
+    `edgeprune.cluster.ahead.RayBuildsAhead`); they must not change what the searcher decides."""
 
-    def before_build(self, searcher: "BestFirstSearcher", proposal: Proposal) -> None: ...
+    depth: int  # how many candidates after the one being built may be building meanwhile
+
+    def before_build(self, proposal: Proposal, upcoming: list[Proposal]) -> None: ...
 
 
 class BestFirstSearcher:
@@ -90,6 +92,13 @@ class BestFirstSearcher:
         self.done = True
         self._note_lines_not_built()
         return self._closest()
+
+    def propose_batch(self, size: int) -> list[Proposal]:
+        """The `size` most promising candidates that can still win, most promising first ([] when none is left):
+        the first is what `propose` returns; the rest are what comes after it unless what is told meanwhile closes
+        their lines. Builds of the rest may start at once; they are told in this order, as `propose` asks."""
+        first = self.propose()
+        return [] if first is None else [first, *self.upcoming(size - 1)]
 
     def upcoming(self, count: int) -> list[Proposal]:
         """The candidates ranked after the one `propose` returns: a guess at what comes next (what is told
@@ -235,14 +244,17 @@ class BestFirstSearcher:
 
 
 def best_first_search(builder: CandidateBuilder, budget: Budget, recipes: tuple[str, ...], reference: Quality,
-                      progress: Progress, prefetch: BeforeBuild | None = None,
+                      progress: Progress, ahead: BuildsAhead | None = None,
                       ) -> tuple[list[BuiltArtifact], list[Trial]]:
     """Build what the searcher proposes until it proposes nothing; every candidate built and every trial.
-    `prefetch` starts the exports of the candidates ranked next elsewhere (it changes no decision)."""
+    With `ahead`, the searcher proposes a batch (the next `ahead.depth` candidates after the one built here) and
+    `ahead` builds those elsewhere meanwhile; results are still told one at a time, in the searcher's order, so
+    it decides exactly what it decides without them."""
     searcher = BestFirstSearcher(builder, budget, recipes, reference, progress)
-    while (proposal := searcher.propose()) is not None:
-        if prefetch is not None:
-            prefetch.before_build(searcher, proposal)
+    while batch := searcher.propose_batch(1 + (ahead.depth if ahead is not None else 0)):
+        proposal = batch[0]
+        if ahead is not None:
+            ahead.before_build(proposal, batch[1:])
         try:
             artifact = builder.candidate(RECIPES.get(proposal.recipe), proposal.shape, budget, reference,
                                          proposal.threshold)
