@@ -138,7 +138,7 @@ def ray_arm(root: Path, warm: Path, devices: list[str], budgets: dict, options: 
         started = time.perf_counter()
         with BoardPool(load_boards(boards_toml(root, profiles, servers)), Progress()) as pool:
             fleet = fit_fleet(bundled_task("minilm-bbc", progress=Progress()), devices, budgets, root / "fleet-ray",
-                              options, boards=pool, builds_ahead=2)
+                              options, boards=pool, builds_ahead=None)
         return {"wall_s": round(time.perf_counter() - started, 1), "reused": fleet.reused,
                 "devices": {m.device: {"structure": m.structure, "file_mb": round(m.file_bytes / 1e6, 2)}
                             for m in fleet.members}}

@@ -16,6 +16,7 @@ os.environ["RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER"] = "0"
 
 from edgeprune.cli import main  # noqa: E402
 from edgeprune.cluster import BoardPool, load_boards  # noqa: E402
+from edgeprune.cluster.ahead import nodes_elsewhere, start_builds_ahead  # noqa: E402
 from edgeprune.errors import UserInputError  # noqa: E402
 from edgeprune.progress import Progress  # noqa: E402
 from edgeprune.search import Budget  # noqa: E402
@@ -197,6 +198,13 @@ def test_builds_started_ahead_on_ray_change_no_decision(ray_cluster, small_bert_
     assert built_ahead.fitted.describe() == plain.fitted.describe() and built_ahead.status == plain.status
 
 
+def test_by_default_no_build_runs_ahead_on_a_cluster_whose_every_node_is_this_machine(ray_cluster):
+    progress = Recorder()
+    assert nodes_elsewhere() == []  # both nodes of the test cluster are on 127.0.0.1
+    assert start_builds_ahead(None, None, None, progress) is None  # the builder is not even looked at
+    assert progress.notes[0].startswith("builds ahead: off (every node of the Ray cluster is this machine")
+
+
 def test_ray_auto_starts_a_ray_of_its_own_on_the_loopback_address():
     code = ("import os\nos.environ.pop('RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER', None)\n"  # as a user's shell has it
             "from edgeprune.cluster import connect_ray\nimport sys\nassert connect_ray('auto')\nimport ray\n"
@@ -229,6 +237,8 @@ def test_the_cli_checks_the_lab_flags_before_any_work(tmp_path, capsys):
     assert "--builds-ahead must be 0 or more" in capsys.readouterr().err
     assert main(["fit", "--shared-folder", str(tmp_path), "--out", str(tmp_path / "o"), "--quiet"]) == 2
     assert "--shared-folder is for builds ahead on Ray" in capsys.readouterr().err
+    assert main(["fit", "--builds-ahead", "2", "--out", str(tmp_path / "o"), "--quiet"]) == 2
+    assert "--builds-ahead is for builds ahead on Ray" in capsys.readouterr().err
     assert main(["fit", "--ray", "auto", "--shared-folder", str(tmp_path / "nowhere"), "--out", str(tmp_path / "o"),
                  "--quiet"]) == 2
     assert "is not a folder here" in capsys.readouterr().err

@@ -83,6 +83,7 @@ class WorldBuilder:
         self.built: list[tuple[str, Shape]] = []
         self.proxies: set[Shape] = set()
         self.measured: set[str] = set()
+        self.sized: set[str] = set()  # recipes whose file size was observed
         self.layer_counts = options.layer_removals
 
     def head_counts(self, layers_removed: int = 0) -> list[int]:
@@ -100,6 +101,9 @@ class WorldBuilder:
         same_runtime = sorted(r for r in self.measured if RECIPE_REGISTRY.get(r).runtime == recipe.runtime)
         known = recipe.name if recipe.name in self.measured else next(iter(same_runtime), None)
         return None if known is None else latency_ms(known, shape)
+
+    def size_slack(self, recipe) -> float:  # as CandidateBuilder.size_slack: narrow once a file was measured
+        return 1.01 if recipe.name in self.sized else 1.05
 
     def latency_slack(self, recipe) -> float:  # as CandidateBuilder.latency_slack: 3 on a wider recipe's figures
         if recipe.name in self.measured:
@@ -129,6 +133,7 @@ class WorldBuilder:
         return artifact
 
     def observe(self, recipe: str, shape: Shape, artifact: BuiltArtifact) -> None:
+        self.sized.add(recipe)
         if artifact.benchmark is not None:  # the latency model has a measurement of this recipe
             self.measured.add(recipe)
 

@@ -118,8 +118,9 @@ EXIT_CODES = ("0 every budget met; 2 bad input; 3 the budgets cannot be met (the
                  "one on this machine; default with --boards: $RAY_ADDRESS): the boards' actors, and the builds of "
                  "the candidates ranked next (export, verify, evaluate), started on its workers while one is "
                  "measured"),
-    click.option("--builds-ahead", type=int, default=2, show_default=True, metavar="N",
-                 help="with --ray: how many candidate builds may run ahead on the cluster (0: none)"),
+    click.option("--builds-ahead", type=int, metavar="N",
+                 help="with --ray: how many candidate builds may run ahead on the cluster (0: none; default: 2 when "
+                 "a node of the cluster is another machine, else none)"),
     click.option("--shared-folder", type=click.Path(path_type=Path), metavar="DIR",
                  help="with --ray: a folder every node mounts at this same path (e.g. NFS); builds ahead write their "
                  "artifacts there instead of sending them through Ray's object store"),
@@ -177,7 +178,8 @@ def run_fit(args: SimpleNamespace) -> int:
                          layer_removals=args.layer_removals, require_device=args.require_device,
                          quality_tolerance=args.quality_tolerance)
     out = args.resume if args.resume is not None else args.out
-    ahead = args.builds_ahead if args.ray else 0
+    on_ray = args.ray is not None or args.boards is not None
+    ahead = args.builds_ahead if on_ray else 0  # None on Ray: two when the cluster has other machines
     with lab_pool(lab, args.ray, task.progress) as boards:
         if len(profiles) > 1:
             return run_fleet(task, profiles, budgets, out, options, args, boards, ahead)
@@ -208,7 +210,7 @@ def fleet_budgets(profiles: list, limits: dict, per_device: dict[str, dict]) -> 
 
 
 def run_fleet(task, profiles: list, budgets: dict, out: Path | None, options,  # noqa: ANN001 - Task, FitOptions
-              args: SimpleNamespace, boards, ahead: int) -> int:  # noqa: ANN001 - BoardPool or None
+              args: SimpleNamespace, boards, ahead: int | None) -> int:  # noqa: ANN001 - BoardPool or None
     from edgeprune.search.fleet import fit_fleet
     from edgeprune.serialization import to_jsonable
 
@@ -225,11 +227,12 @@ def run_fleet(task, profiles: list, budgets: dict, out: Path | None, options,  #
 
 def lab_boards(args: SimpleNamespace) -> list | None:
     """The boards of --boards, checked (None without --boards)."""
-    if args.builds_ahead < 0:
+    if args.builds_ahead is not None and args.builds_ahead < 0:
         raise UserInputError(f"--builds-ahead must be 0 or more, got {args.builds_ahead}")
+    for flag, value in (("--builds-ahead", args.builds_ahead), ("--shared-folder", args.shared_folder)):
+        if value is not None and args.ray is None and args.boards is None:
+            raise UserInputError(f"{flag} is for builds ahead on Ray; add --ray ADDRESS (or drop it)")
     if args.shared_folder is not None:
-        if args.ray is None:
-            raise UserInputError("--shared-folder is for builds ahead on Ray; add --ray ADDRESS (or drop it)")
         if not args.shared_folder.is_dir():
             raise UserInputError(f"--shared-folder {args.shared_folder} is not a folder here; mount the shared "
                                  "folder at the same path on every node")

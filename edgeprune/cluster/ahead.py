@@ -26,6 +26,8 @@ from edgeprune.search.space import Shape
 from edgeprune.serialization import write_bytes_atomic
 from edgeprune.tasks.base import Task
 
+AUTO_DEPTH = 2  # builds ahead when the cluster has other machines and the user said nothing
+
 
 def build_on_worker(job: BuildJob, task: Task, shared_folder: Path | None) -> BuildOutcome:
     """Runs in a Ray worker: the candidate built, verified and evaluated there (progress off: a worker's lines
@@ -34,18 +36,31 @@ def build_on_worker(job: BuildJob, task: Task, shared_folder: Path | None) -> Bu
     return job.run(task, shared_folder)
 
 
+def nodes_elsewhere() -> list[str]:
+    """The ids of the live nodes of the connected cluster that run on another machine than this process and
+    have a CPU to build on."""
+    import ray
+
+    here = ray.util.get_node_ip_address()
+    return [node["NodeID"] for node in ray.nodes() if node["Alive"] and node["NodeManagerAddress"] != here
+            and node.get("Resources", {}).get("CPU", 0) >= 1]
+
+
 class RayBuildsAhead:
-    """Keeps up to `depth` builds of the candidates ranked next running on Ray (the process must be connected).
-    `shared_folder`: a folder at the same path on every node (a network file system); the workers write the
-    artifacts there and only their qualities travel through the object store."""
+    """Keeps up to `depth` builds of the candidates ranked next running on Ray (the process must be connected),
+    preferring `nodes` (ids of nodes on other machines, taken in turn) so that a build does not take this
+    machine's cores; with none, wherever Ray places them. `shared_folder`: a folder at the same path on every
+    node (a network file system); the workers write the artifacts there and only their qualities travel through
+    the object store."""
 
     def __init__(self, builder: CandidateBuilder, depth: int, progress: Progress,
-                 shared_folder: Path | None = None) -> None:
+                 shared_folder: Path | None = None, nodes: list[str] | None = None) -> None:
         import ray
 
         self.ray = ray
         self.remote = ray.remote(num_cpus=1)(build_on_worker)  # an export keeps one core busy
         self.builder, self.depth, self.progress, self.shared_folder = builder, depth, progress, shared_folder
+        self.nodes = list(nodes or [])
         self.task = ray.put(portable_copy(builder.task))  # once, not with every job
         self.inflight: dict[tuple[str, Shape], tuple[Any, Path]] = {}
         self.considered: set[tuple[str, Shape]] = set()
@@ -66,9 +81,18 @@ class RayBuildsAhead:
             job = self.builder.build_job(candidate.shape, RECIPES.get(candidate.recipe))
             if job is None:
                 continue
-            self.inflight[key] = (self.remote.remote(job, self.task, self.shared_folder), job.export.cache_file)
+            self.inflight[key] = (self._placed().remote(job, self.task, self.shared_folder), job.export.cache_file)
             self.started += 1
             self.progress.note(f"  build of {candidate.recipe}, {candidate.shape.describe()} started ahead on Ray")
+
+    def _placed(self) -> Any:
+        """The remote function, placed on the next node elsewhere (soft: anywhere if that node is gone)."""
+        if not self.nodes:
+            return self.remote
+        from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
+
+        node = self.nodes[self.started % len(self.nodes)]
+        return self.remote.options(scheduling_strategy=NodeAffinitySchedulingStrategy(node, soft=True))
 
     def quiet(self) -> None:
         """Wait until no build runs (they land in the export cache): called before every benchmark."""
@@ -112,6 +136,21 @@ class RayBuildsAhead:
         used = len(self.landed & self.proposed)
         return (f"candidate builds started ahead on Ray: {self.started} ({used} used here, "
                 f"{len(self.landed) - used} not needed by the search, {cancelled} cancelled when it ended)")
+
+
+def start_builds_ahead(builder: CandidateBuilder, depth: int | None, shared_folder: Path | None,
+                       progress: Progress) -> RayBuildsAhead | None:
+    """Builds ahead on the connected Ray cluster: `depth` of them, or with None (auto) two when some node is
+    another machine and none when every node is this one (a build there only competes with the benchmarks,
+    which wait for it). They are placed on the other machines' nodes when there are any."""
+    nodes = nodes_elsewhere()
+    if depth is None and not nodes:
+        progress.note("builds ahead: off (every node of the Ray cluster is this machine, where a build only "
+                      "competes with the benchmarks; --builds-ahead N starts them anyway)")
+        return None
+    ahead = RayBuildsAhead(builder, AUTO_DEPTH if depth is None else depth, progress, shared_folder, nodes)
+    builder.before_benchmark = ahead.quiet  # no build beside a benchmark
+    return ahead
 
 
 def portable_copy(task: Task) -> Task:

@@ -85,6 +85,10 @@ class SizeModel:
             return measured[recipe.name]
         return max(measured.values(), default=self.default_overhead_bytes)
 
+    def observed(self, recipe: Recipe) -> bool:
+        """Whether a real file of this recipe has been measured (its overhead is then its own)."""
+        return recipe.name in (self.overhead_bytes or {})
+
     def observe(self, model: nn.Module, recipe: Recipe, actual_bytes: int) -> None:
         """Record a real file's size so later predictions for this recipe use the measured overhead."""
         self.overhead_bytes = dict(self.overhead_bytes or {})

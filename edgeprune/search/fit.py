@@ -73,7 +73,7 @@ def fit(
     progress: Progress | None = None,
     resume: bool = False,
     boards: "BoardPool | None" = None,
-    builds_ahead: int = 0,
+    builds_ahead: int | None = 0,
     shared_folder: Path | None = None,
     **task_options: Any,
 ) -> FitResult:
@@ -108,7 +108,7 @@ def fit_task(
     resume: bool = False,
     shared: SharedWork | None = None,
     boards: "BoardPool | None" = None,
-    builds_ahead: int = 0,
+    builds_ahead: int | None = 0,
     shared_folder: Path | None = None,
 ) -> FitResult:
     """Fit `task`'s model to `device` within `budget`; write the artifact, result.json and the reports to `out`.
@@ -120,7 +120,8 @@ def fit_task(
     device's fit to the next (`fit_fleet`). `boards`, a lab pool on Ray, benchmarks on its boards of this profile
     instead of the profile's own connection; `builds_ahead` > 0 (this process connected to Ray) builds that
     many of the candidates ranked next on Ray workers while one is measured (`edgeprune.cluster.ahead`), their
-    artifacts sent back through Ray's object store, or written to `shared_folder` when every node mounts it.
+    artifacts sent back through Ray's object store, or written to `shared_folder` when every node mounts it;
+    None: two when the cluster has a node on another machine, else none.
     """
     profile = device if isinstance(device, DeviceProfile) else load_profile(device)
     budget = budget or Budget.for_device(profile)
@@ -250,15 +251,13 @@ def _estimator_if_unreachable(profile: DeviceProfile, options: FitOptions, progr
     return estimator
 
 
-def _builds_ahead(builder: CandidateBuilder, depth: int, shared_folder: Path | None,
+def _builds_ahead(builder: CandidateBuilder, depth: int | None, shared_folder: Path | None,
                   progress: Progress) -> "RayBuildsAhead | None":
-    if depth <= 0:
+    if depth is not None and depth <= 0:
         return None
-    from edgeprune.cluster.ahead import RayBuildsAhead
+    from edgeprune.cluster.ahead import start_builds_ahead  # Ray is an extra: imported only when asked for
 
-    ahead = RayBuildsAhead(builder, depth, progress, shared_folder)
-    builder.before_benchmark = ahead.quiet  # no build beside a benchmark
-    return ahead
+    return start_builds_ahead(builder, depth, shared_folder, progress)
 
 
 def _unreachable(profile: DeviceProfile) -> str | None:

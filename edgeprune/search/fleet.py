@@ -41,7 +41,7 @@ def fit_fleet(
     progress: Progress | None = None,
     resume: bool = False,
     boards: "BoardPool | None" = None,
-    builds_ahead: int = 0,
+    builds_ahead: int | None = 0,
     shared_folder: Path | None = None,
 ) -> FleetResult:
     """Fit `task`'s model to every device in `devices` (names or profiles, in the order given); write one fit

@@ -16,8 +16,6 @@ from edgeprune.search.space import Line, Shape, lines
 from edgeprune.serialization import from_jsonable, to_jsonable
 from edgeprune.tasks.base import Quality
 
-SIZE_MODEL_SLACK = 1.05  # export anyway when the prediction is within 5 % of the budget
-
 
 @dataclass(frozen=True)
 class Proposal:
@@ -307,7 +305,7 @@ def _frontier(builder: CandidateBuilder, line: Line, budget: Budget, over: list[
         shape = line.shape(count)
         if any(r == line.recipe and s.at_least_as_compressed_as(shape) for r, s in over):
             continue
-        if not budget.size_fits(int(builder.predict_bytes(shape, recipe) / SIZE_MODEL_SLACK)):
+        if not budget.size_fits(int(builder.predict_bytes(shape, recipe) / builder.size_slack(recipe))):
             continue
         if budget.max_latency_ms is not None:
             predicted = builder.predict_latency(shape, recipe)
