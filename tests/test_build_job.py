@@ -54,7 +54,7 @@ def test_a_build_job_gives_the_bytes_and_quality_the_driver_would_measure(task_a
 def test_with_a_shared_folder_the_bytes_go_there_and_not_back(task_and_model, tmp_path):
     task, model = task_and_model
     shared = tmp_path / "shared"
-    outcome = job_for(task, model, RECIPES.get("fp32"), tmp_path).run(task, shared)
+    outcome = job_for(task, model, RECIPES.get("fp32"), tmp_path).run(task, shared_folder=shared)
     assert outcome.data is None and outcome.usable
     written = (shared / "key.pte").read_bytes()
     assert hashlib.sha256(written).hexdigest() == outcome.digest
@@ -64,7 +64,7 @@ def test_with_a_shared_folder_the_bytes_go_there_and_not_back(task_and_model, tm
 def test_a_recipe_that_fails_verification_is_an_outcome_that_says_why(task_and_model, tmp_path):
     task, model = task_and_model
     impossible = dataclasses.replace(RECIPES.get("fp32"), min_cosine=1.5)  # no artifact reaches a cosine over 1
-    outcome = job_for(task, model, impossible, tmp_path).run(task, tmp_path / "shared")
+    outcome = job_for(task, model, impossible, tmp_path).run(task, shared_folder=tmp_path / "shared")
     assert not outcome.usable and outcome.data is None and outcome.validation_quality is None
     assert "cosine" in outcome.rejected
     assert not (tmp_path / "shared").exists()

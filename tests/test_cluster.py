@@ -4,6 +4,7 @@ connection; a board killed mid-fit is marked down and the fit completes on the o
 its resource runs there; the boards file is checked like a profile."""
 
 import os
+import re
 import subprocess
 import sys
 
@@ -159,11 +160,13 @@ def test_a_pinned_board_runs_on_the_node_with_its_resource_and_a_lab_with_none_l
         assert pool.ping("another") == "no board of profile another in the pool"
 
 
-def test_builds_started_ahead_on_ray_change_no_decision(ray_cluster, small_bert_dir, tmp_path, monkeypatch):
+def test_builds_and_recoveries_started_ahead_on_ray_change_no_decision(ray_cluster, small_bert_dir, tmp_path,
+                                                                       monkeypatch):
     monkeypatch.setenv("EDGEPRUNE_CACHE", str(tmp_path / "own-cache"))  # not the session's shared export cache
-    # two lines (FFN kept, half removed): while one line's candidate is measured, the other's can be built
+    # two lines (FFN kept, half removed): while one line's candidate is measured, the other's can be built, and
+    # recovered first (a few steps: the point is that a worker's recovery is the one the driver would make)
     options = FitOptions(recipes=("int8",), scoring_examples=32, ffn_fractions=(0.0, 0.5), layer_removals=(0,),
-                         trim_vocabulary=False, bench_runs=20, bench_warmup=1)
+                         trim_vocabulary=False, bench_runs=20, bench_warmup=1, recover_steps=4)
     budget = Budget(max_mb=0.45)
     evaluated_here: list[str] = []  # the splits evaluated through the runtime in this process (not a worker's)
     measure = Task.runtime_quality
@@ -182,6 +185,7 @@ def test_builds_started_ahead_on_ray_change_no_decision(ray_cluster, small_bert_
     summary = next(n for n in ahead.notes if n.startswith("candidate builds started ahead on Ray: "))
     started, used = (int(word.strip("(")) for word in summary.split(":")[1].split()[:2])
     assert started >= 1 and used >= 1, summary
+    assert any(n.endswith("was recovered ahead on a worker") for n in ahead.notes), ahead.notes
     assert any(c.cached_export for c in built_ahead.candidates)
     exports = {p.name for p in (tmp_path / "own-cache" / "exports").iterdir()}
     assert {p.name for p in shared.iterdir()} <= exports and len(list(shared.iterdir())) == started
@@ -196,6 +200,10 @@ def test_builds_started_ahead_on_ray_change_no_decision(ray_cluster, small_bert_
         (c.recipe.name, c.describe(), c.file_bytes) for c in plain.candidates]
     assert [c.validation_quality for c in built_ahead.candidates] == [c.validation_quality for c in plain.candidates]
     assert built_ahead.fitted.describe() == plain.fitted.describe() and built_ahead.status == plain.status
+    # recovered from the same weights to the same weights (the timings aside)
+    assert [re.sub(r"\(\d+ s\)", "", c.recovery) for c in built_ahead.candidates] == [
+        re.sub(r"\(\d+ s\)", "", c.recovery) for c in plain.candidates]
+    assert any(c.recovery for c in plain.candidates)
 
 
 def test_by_default_no_build_runs_ahead_on_a_cluster_whose_every_node_is_this_machine(ray_cluster):

@@ -17,10 +17,13 @@ import copy
 from pathlib import Path
 from typing import Any
 
+from torch import nn
+
 from edgeprune.progress import Progress
 from edgeprune.quantize import RECIPES
 from edgeprune.search.build_job import BuildJob, BuildOutcome
 from edgeprune.search.builder import CandidateBuilder
+from edgeprune.search.recovering import line_parent, needs_recovery, record_recovery
 from edgeprune.search.searcher import Proposal
 from edgeprune.search.space import Shape
 from edgeprune.serialization import write_bytes_atomic
@@ -29,11 +32,12 @@ from edgeprune.tasks.base import Task
 AUTO_DEPTH = 2  # builds ahead when the cluster has other machines and the user said nothing
 
 
-def build_on_worker(job: BuildJob, task: Task, shared_folder: Path | None) -> BuildOutcome:
-    """Runs in a Ray worker: the candidate built, verified and evaluated there (progress off: a worker's lines
-    would interleave with the driver's)."""
+def build_on_worker(job: BuildJob, task: Task, teacher: nn.Module | None, shared_folder: Path | None
+                    ) -> BuildOutcome:
+    """Runs in a Ray worker: the candidate recovered (if asked), built, verified and evaluated there (progress
+    off: a worker's lines would interleave with the driver's)."""
     task.progress = Progress(enabled=False)
-    return job.run(task, shared_folder)
+    return job.run(task, teacher, shared_folder)
 
 
 def nodes_elsewhere() -> list[str]:
@@ -62,7 +66,10 @@ class RayBuildsAhead:
         self.builder, self.depth, self.progress, self.shared_folder = builder, depth, progress, shared_folder
         self.nodes = list(nodes or [])
         self.task = ray.put(portable_copy(builder.task))  # once, not with every job
+        self.teacher: Any = None  # put once, when a build ahead first recovers
         self.inflight: dict[tuple[str, Shape], tuple[Any, Path]] = {}
+        self.recoveries: dict[tuple[str, Shape], BuildOutcome] = {}  # landed, taken when the search builds them
+        self.started_from: dict[tuple[str, Shape], Shape | None] = {}  # where each recovery ahead started
         self.considered: set[tuple[str, Shape]] = set()
         self.proposed: set[tuple[str, Shape]] = set()  # built here: a build ahead of one of these was used
         self.landed: set[tuple[str, Shape]] = set()
@@ -70,20 +77,36 @@ class RayBuildsAhead:
 
     def before_build(self, proposal: Proposal, upcoming: list[Proposal]) -> None:
         """Land the build of the candidate about to be built here, if it ran elsewhere; start the next ones."""
-        self._land((proposal.recipe, proposal.shape))
-        self.considered.add((proposal.recipe, proposal.shape))
-        self.proposed.add((proposal.recipe, proposal.shape))
+        key = (proposal.recipe, proposal.shape)
+        self._land(key)
+        self._adopt_recovery(key)
+        self.considered.add(key)
+        self.proposed.add(key)
+        # structures to be recovered before the next candidates: one may be where a recovery ahead would start
+        recovering = [s for s in (proposal.shape, *(k[1] for k in self.inflight)) if self._unrecovered(s)]
         for candidate in upcoming:
             key = (candidate.recipe, candidate.shape)
+            recovered_first = tuple(s.structure for s in recovering)
+            if self._unrecovered(candidate.shape):
+                recovering.append(candidate.shape)
             if key in self.considered or len(self.inflight) >= self.depth:
                 continue
             self.considered.add(key)
-            job = self.builder.build_job(candidate.shape, RECIPES.get(candidate.recipe))
+            job = self.builder.build_job(candidate.shape, RECIPES.get(candidate.recipe), recovered_first)
             if job is None:
                 continue
-            self.inflight[key] = (self._placed().remote(job, self.task, self.shared_folder), job.export.cache_file)
+            if job.recovery is not None and self.teacher is None:
+                self.teacher = self.ray.put(self.builder.teacher)
+            teacher = self.teacher if job.recovery is not None else None
+            if job.recovery is not None:
+                self.started_from[key] = job.recovery.parent
+            self.inflight[key] = (self._placed().remote(job, self.task, teacher, self.shared_folder),
+                                  job.export.cache_file)
             self.started += 1
             self.progress.note(f"  build of {candidate.recipe}, {candidate.shape.describe()} started ahead on Ray")
+
+    def _unrecovered(self, shape: Shape) -> bool:
+        return needs_recovery(self.builder, shape) and shape.structure not in self.builder.shared.recovered
 
     def _placed(self) -> Any:
         """The remote function, placed on the next node elsewhere (soft: anywhere if that node is gone)."""
@@ -122,10 +145,30 @@ class RayBuildsAhead:
             data = shared.read_bytes()
         if data is None:
             return
-        write_bytes_atomic(target, data)
+        write_bytes_atomic(target.parent / outcome.file_name, data)  # named after its weights, known there
+        if outcome.recovered is not None:
+            self.recoveries[key] = outcome
+        self.progress.note(f"  the build ahead of {key[0]}, {key[1].describe()} landed ({outcome.seconds:.0f} s on "
+                           "a worker)")
         if outcome.validation_quality is not None:
             self.builder.measured_ahead[(outcome.digest, "validation")] = outcome.validation_quality
         self.landed.add(key)
+
+    def _adopt_recovery(self, key: tuple[str, Shape]) -> None:
+        """The candidate about to be built was recovered on a worker: keep that recovery as if it had run here,
+        provided it started from the weights the search here starts it from now (else it is recovered here)."""
+        outcome, started_from = self.recoveries.pop(key, None), self.started_from.pop(key, None)
+        structure = key[1].structure
+        if outcome is None or structure in self.builder.shared.recovered:
+            return
+        parent = line_parent(self.builder, structure)
+        if started_from != parent or outcome.distillation is None or outcome.recovered_quality is None:
+            self.progress.note(f"  the recovery ahead of {structure.describe()} started from other weights than "
+                               "this search starts it from now; recovering it here")
+            return
+        self.progress.note(f"  {structure.describe()} was recovered ahead on a worker")
+        record_recovery(self.builder, structure, outcome.recovered, parent, outcome.distillation,
+                        outcome.recovered_quality)
 
     def close(self) -> str:
         """Cancel what still runs; a line saying what the builds ahead did."""

@@ -48,20 +48,14 @@ class VerifiedArtifact(ExportedArtifact):
 @dataclass
 class ExportJob:
     """An export to run somewhere else (another process or machine) into the content-keyed export cache: the float
-    module, its example inputs, the recipe and calibration inputs; `cache_file` is where its bytes belong."""
+    module, its example inputs, the recipe and calibration inputs; `cache_file` is where its bytes belong
+    (`edgeprune.search.build_job.BuildJob` runs it with verification and evaluation)."""
 
     module: nn.Module
     example_inputs: tuple[torch.Tensor, ...]
     recipe: Recipe
     calibration: list[tuple[torch.Tensor, ...]] | None
     cache_file: Path
-
-    def lower(self) -> bytes:
-        """Quantize by the recipe and lower to the runtime's bytes (no verification: the export that uses the
-        cached file verifies it)."""
-        RUNTIMES.get(self.recipe.runtime).require()
-        prepared = self.recipe.apply(self.module, self.calibration)
-        return RUNTIMES.get(self.recipe.runtime).lower(prepared, self.example_inputs, self.recipe)
 
 
 def content_key(module: nn.Module, recipe: str, example_inputs: tuple[torch.Tensor, ...]) -> str:

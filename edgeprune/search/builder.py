@@ -35,12 +35,19 @@ from edgeprune.quantize import CALIBRATION_EXAMPLES, FP32_RECIPE, RECIPES, Recip
 from edgeprune.quantize.size_model import ParameterLayout, payload_bytes
 from edgeprune.quantize.vocabulary import VocabularyMap, trim_vocabulary
 from edgeprune.search.budget import Budget
-from edgeprune.search.build_job import BuildJob
+from edgeprune.search.build_job import BuildJob, RecoverySpec
 from edgeprune.search.estimate import HostEstimator
 from edgeprune.search.journal import Journal
 from edgeprune.search.latency import LatencyModel
 from edgeprune.search.options import FitOptions
-from edgeprune.search.recovering import bound, needs_recovery, recover, recovered_qualities
+from edgeprune.search.recovering import (
+    bound,
+    may_start_from,
+    needs_recovery,
+    recover,
+    recovered_qualities,
+    recovery_start,
+)
 from edgeprune.search.result import BuiltArtifact
 from edgeprune.search.shared import SharedWork, calibration_inputs, dense_head_means
 from edgeprune.search.space import Shape
@@ -298,21 +305,37 @@ class CandidateBuilder:
         if artifact.benchmark is not None:
             self.latency_model.observe(recipe, self.flops(shape), artifact.benchmark.p50_ms)
 
-    def build_job(self, shape: Shape, recipe: Recipe) -> BuildJob | None:
+    def build_job(self, shape: Shape, recipe: Recipe, recovering: tuple[Shape, ...] = ()) -> BuildJob | None:
         """The candidate's build as a function of its inputs, to start early elsewhere (`edgeprune.cluster.ahead`);
-        None when it is in the export cache already, or is recovered (recovery runs here, when it is built)."""
-        if needs_recovery(self, shape):
-            return None
-        model = self.pruned(shape)
+        None when its export is cached already, or when it is to be recovered and one of `recovering` (structures
+        recovered before it) may become the recovered weights it starts from (it would start from other weights
+        than the search here would give it)."""
         trimmed = shape.trim_vocabulary
         example = self.remap(self.example, trimmed)
         suffix = RUNTIMES.get(recipe.runtime).suffix
-        target = self.task.cache_dir / "exports" / f"{content_key(model, recipe.name, example)}{suffix}"
+        exports = self.task.cache_dir / "exports"
+        verify_on = [self.remap(i, trimmed) for i in self.verify_inputs]
+        name = f"candidate ({recipe.name})"
+        vocabulary = self.vocabulary if trimmed else None
+        if needs_recovery(self, shape) and shape.structure not in self.shared.recovered:
+            structure = shape.structure
+            if any(may_start_from(structure, other) for other in recovering):
+                return None
+            student, parent = recovery_start(self, structure)
+            return BuildJob(ExportJob(student, example, recipe, self.calibration(recipe, trimmed),
+                                      exports / f"recovered{suffix}"),  # named after recovery, by its weights
+                            verify_on, vocabulary, name, RecoverySpec(self.options, parent, torch.get_num_threads()))
+        if needs_recovery(self, shape):
+            model = copy.deepcopy(self.recovered(shape))
+            if trimmed:
+                model = trim_vocabulary(model, self.structure(shape).vocabulary)
+        else:
+            model = self.pruned(shape)
+        target = exports / f"{content_key(model, recipe.name, example)}{suffix}"
         if target.exists():
             return None
-        return BuildJob(ExportJob(model, example, recipe, self.calibration(recipe, trimmed), target),
-                        [self.remap(i, trimmed) for i in self.verify_inputs],
-                        self.vocabulary if trimmed else None, f"candidate ({recipe.name})")
+        return BuildJob(ExportJob(model, example, recipe, self.calibration(recipe, trimmed), target), verify_on,
+                        vocabulary, name)
 
     def calibration(self, recipe: Recipe, trimmed: bool) -> list[tuple[torch.Tensor, ...]] | None:
         """Real calibration inputs, as the artifact takes them, for a calibrated recipe; None otherwise."""

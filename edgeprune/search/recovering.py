@@ -17,7 +17,7 @@ as, plus the most that rule was seen to fail by.
 
 import copy
 import dataclasses
-from typing import Protocol
+from typing import TYPE_CHECKING, Protocol
 
 from torch import nn
 
@@ -31,6 +31,9 @@ from edgeprune.search.shared import RecoveredModel, SharedWork, calibration_inpu
 from edgeprune.search.space import Shape
 from edgeprune.serialization import from_jsonable, to_jsonable
 from edgeprune.tasks.base import Quality, Task
+
+if TYPE_CHECKING:
+    from edgeprune.recovery import DistillResult
 
 
 class RecoveringBuilder(Protocol):
@@ -117,6 +120,13 @@ def line_parent(builder: RecoveringBuilder, shape: Shape) -> Shape | None:
     return max(parents, key=lambda s: s.heads_removed, default=None)
 
 
+def may_start_from(structure: Shape, other: Shape) -> bool:
+    """Whether a recovered `other` may be where `structure`'s recovery starts (`line_parent`): the same line,
+    fewer heads removed (whether the plans nest is not checked: this errs towards yes)."""
+    return (other.ffn_fraction, other.layers_removed) == (structure.ffn_fraction, structure.layers_removed) \
+        and other.heads_removed < structure.heads_removed
+
+
 def heads_beyond(model: nn.Module, kept_heads: list[list[int]], layers_removed: list[int]) -> dict[int, list[int]]:
     """What to remove from `model` (a pruned model whose layers `layers_removed` are gone) to keep only
     `kept_heads` (per dense layer, dense head indices): {the model's layer index: dense head indices}."""
@@ -134,37 +144,58 @@ def recover(builder: RecoveringBuilder, shape: Shape) -> nn.Module:
     """The structure of `shape` distilled from the dense teacher (with the full vocabulary), kept in
     `builder.shared.recovered` for later candidates and other devices of a fleet; its PyTorch validation
     quality is measured after recovery and journaled as the structure's bound."""
-    from edgeprune.recovery import DistillConfig, DistillData, distill
-
     structure = shape.structure
     if structure in builder.shared.recovered:
         return builder.shared.recovered[structure].model
-    options, progress = builder.options, builder.progress
-    parent = line_parent(builder, structure)
+    student, parent = recovery_start(builder, structure)
     if parent is not None:
-        student = copy.deepcopy(builder.shared.recovered[parent].model)
-        plan = builder.plan(structure.heads_removed, structure.layers_removed)
-        removal = heads_beyond(student, plan.kept_heads, builder.removed_layers(structure.layers_removed))
-        # the recovered parent's own head means: its heads no longer output what the teacher's did
-        inputs = calibration_inputs(builder.task, options) if builder.means is not None else None
-        prune_heads(student, removal, compensate=inputs)
-        progress.note(f"  recovering from the recovered candidate with {parent.describe()}")
-    else:
-        student = builder.pruned(structure)
+        builder.progress.note(f"  recovering from the recovered candidate with {parent.describe()}")
+    result, quality = run_recovery(student, builder.teacher, builder.task, builder.options, builder.progress)
+    return record_recovery(builder, structure, student, parent, result, quality)
+
+
+def recovery_start(builder: RecoveringBuilder, structure: Shape) -> tuple[nn.Module, Shape | None]:
+    """What recovering `structure` starts from: a copy of the recovered structure nearest before it on its line
+    with the extra heads cut (and that parent), else the teacher pruned to it (and None)."""
+    parent = line_parent(builder, structure)
+    if parent is None:
+        return builder.pruned(structure), None
+    student = copy.deepcopy(builder.shared.recovered[parent].model)
+    plan = builder.plan(structure.heads_removed, structure.layers_removed)
+    removal = heads_beyond(student, plan.kept_heads, builder.removed_layers(structure.layers_removed))
+    # the recovered parent's own head means: its heads no longer output what the teacher's did
+    inputs = calibration_inputs(builder.task, builder.options) if builder.means is not None else None
+    prune_heads(student, removal, compensate=inputs)
+    return student, parent
+
+
+def run_recovery(student: nn.Module, teacher: nn.Module, task: Task, options: FitOptions,
+                 progress: Progress) -> tuple["DistillResult", Quality]:
+    """Distil `student` in place from the dense teacher for `options.recover_steps` steps; what the distillation
+    did and the student's PyTorch validation quality after. A function of its inputs: a Ray worker runs it
+    for a build ahead (`edgeprune.search.build_job`)."""
+    from edgeprune.recovery import DistillConfig, DistillData, distill
+
     steps = options.recover_steps
     config = DistillConfig(max_steps=steps, eval_every=max(1, steps // 3), warmup_steps=min(20, steps // 5),
-                           seed=builder.task.seed)
-    data = DistillData.from_task(builder.task, options.recovery_batch_size, builder.task.seed)
-    result = distill(student, builder.teacher, data, config, progress)
+                           seed=task.seed)
+    data = DistillData.from_task(task, options.recovery_batch_size, task.seed)
+    result = distill(student, teacher, data, config, progress)
     student.eval()
-    quality = builder.task.batched_quality(student, "validation")
-    progress.note(f"  recovered {structure.describe()} in {result.seconds:.0f} s: distillation {result.metric} "
-                  f"{result.initial_metric:.4f} → {result.best_metric:.4f}; validation {quality.metric} "
-                  f"{quality.value:.4f} in PyTorch (the structure's bound from now on)")
+    return result, task.batched_quality(student, "validation")
+
+
+def record_recovery(builder: RecoveringBuilder, structure: Shape, student: nn.Module, parent: Shape | None,
+                    result: "DistillResult", quality: Quality) -> nn.Module:
+    """Keep a recovered structure (recovered here or on a worker) for later candidates and the fleet, and
+    journal its validation quality as the structure's bound."""
+    builder.progress.note(f"  recovered {structure.describe()} in {result.seconds:.0f} s: distillation "
+                          f"{result.metric} {result.initial_metric:.4f} → {result.best_metric:.4f}; validation "
+                          f"{quality.metric} {quality.value:.4f} in PyTorch (the structure's bound from now on)")
     builder.journal.record_proxy(recovered_key(structure), to_jsonable(quality))
     builder.shared.proxies[recovered_key(structure)] = builder.journal.proxies[recovered_key(structure)]
     start = f"the recovered weights of {parent.describe()}" if parent is not None else "the pruned teacher"
     builder.shared.recovered[structure] = RecoveredModel(student, (
-        f"distilled from the dense teacher for {steps} steps ({result.seconds:.0f} s), starting from {start}; "
-        f"validation {quality.metric} in PyTorch {quality.value:.4f} after"))
+        f"distilled from the dense teacher for {builder.options.recover_steps} steps ({result.seconds:.0f} s), "
+        f"starting from {start}; validation {quality.metric} in PyTorch {quality.value:.4f} after"))
     return student
