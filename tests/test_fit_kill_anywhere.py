@@ -66,9 +66,18 @@ def timing_free(out: Path) -> dict:
         "candidates": sorted(json.dumps(artifact(c), sort_keys=True) for c in result["candidates"]),
         "trials": [(t["recipe"], t["heads_removed"], t["ffn_fraction"], t["file_bytes"], t["fits"])
                    for t in result["trials"]],
-        "shipped": result["shipped_files"], "head_scores": result["head_scores"],
+        "shipped": result["shipped_files"], "head_scores": without_seconds(result["head_scores"]),
         "model": hashlib.sha256((out / result["fitted"]["path"]).read_bytes()).hexdigest(),
     }
+
+
+def without_seconds(value):  # noqa: ANN001, ANN201 - JSON
+    """The head scores without the scoring trials' timings (0.0 s on one run, 0.1 s on another)."""
+    if isinstance(value, dict):
+        return {k: without_seconds(v) for k, v in value.items() if k != "seconds"}
+    if isinstance(value, list):
+        return [without_seconds(v) for v in value]
+    return value
 
 
 def run_until_line(argv: list[str], env: dict, line: int, delay: float) -> tuple[bool, subprocess.CompletedProcess]:
@@ -123,7 +132,10 @@ def test_a_fit_killed_anywhere_resumes_to_the_same_result(setup):
         results.append(timing_free(out))
         assert json.loads((out / "result.json").read_text())["elapsed_s"] > 0
     expected = reference(setup)
-    assert all(result == expected for result in results)
+    for chain, result in enumerate(results):
+        differ = sorted(key for key in expected if result[key] != expected[key])
+        assert not differ, f"chain {chain} differs from the uninterrupted run in {differ}: " + "; ".join(
+            f"{key}: {result[key]} != {expected[key]}" for key in differ)[:3000]
 
 
 def test_ctrl_c_exits_130_with_one_line_and_keeps_the_partial(setup):
