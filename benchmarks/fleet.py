@@ -5,17 +5,16 @@ side by side in one run. Prints a table, writes JSON.
         [--out benchmarks/results]
 
 The devices: this machine (`host`, 2 threads) and two "boards" that are this machine behind two real sshd on
-loopback ports (1 thread each). `one-budget` gives all three the same size budget (20 MB), as
-`edgeprune fit --device A --device B --device C --max-mb 20` does: the devices then need the same candidates
-and differ in their benchmarks. `three-budgets` gives each its own (30, 20 and 13 MB): each device needs
-structures no other builds, the case where sharing helps least. Every arm starts from its own empty cache
-holding only the dense teacher (copied from a warm one), so no arm borrows another's exports; within an arm the
-export cache works as it does for a user (three separate fits share exports through it, as three separate
-`edgeprune fit` runs would). The Ray arm starts a two-node Ray cluster on 127.0.0.1 (one CPU per node),
-benchmarks the two boards through a pool of actors and builds up to two upcoming candidates ahead on the
-workers (`fit --ray --boards`). On two cores any gain comes from work done once, not from
-more CPUs. The search is kept to heads and the vocabulary with the int8 recipe (FFN and layer removal off), so
-the whole run takes minutes; run nothing else meanwhile.
+loopback ports (1 thread each). `one-budget` gives all three the same size budget (20 MB), as `edgeprune fit
+--device A --device B --device C --max-mb 20` does: the devices then need the same candidates and differ in their
+benchmarks. `three-budgets` gives each its own (30, 20 and 13 MB): each device needs structures no other builds, the
+case where sharing helps least. Every arm starts from its own empty cache holding only the dense teacher (copied
+from a warm one), so no arm borrows another's exports; within an arm the export cache works as it does for a user
+(three separate fits share exports through it, as three separate `edgeprune fit` runs would). The Ray arm starts a
+two-node Ray cluster on 127.0.0.1 (one CPU per node), benchmarks the two boards through a pool of actors (`fit --ray
+--boards`), with builds ahead at fit's default: none, since every node is this machine. On two cores any gain comes
+from work done once, not from more CPUs. The search is kept to heads and the vocabulary with the int8 recipe (FFN
+and layer removal off), so the whole run takes minutes; run nothing else meanwhile.
 """
 
 import argparse

@@ -188,7 +188,8 @@ def test_builds_and_recoveries_started_ahead_on_ray_change_no_decision(ray_clust
     assert any(n.endswith("was recovered ahead on a worker") for n in ahead.notes), ahead.notes
     assert any(c.cached_export for c in built_ahead.candidates)
     exports = {p.name for p in (tmp_path / "own-cache" / "exports").iterdir()}
-    assert {p.name for p in shared.iterdir()} <= exports and len(list(shared.iterdir())) == started
+    # every build that was used came through the shared folder (one still running when the search ended may not)
+    assert {p.name for p in shared.iterdir()} <= exports and used <= len(list(shared.iterdir())) <= started
     with_ahead, evaluated_here[:] = evaluated_here.count("validation"), []
     plain = fit(small_task(small_bert_dir), device="host", budget=budget, out=tmp_path / "plain", options=options,
                 progress=Recorder())
