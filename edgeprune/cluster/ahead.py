@@ -162,7 +162,7 @@ class RayBuildsAhead:
         if outcome is None or structure in self.builder.shared.recovered:
             return
         parent = line_parent(self.builder, structure)
-        if started_from != parent or outcome.distillation is None or outcome.recovered_quality is None:
+        if started_from != parent:
             self.progress.note(f"  the recovery ahead of {structure.describe()} started from other weights than "
                                "this search starts it from now; recovering it here")
             return

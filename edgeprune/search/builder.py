@@ -181,6 +181,16 @@ class CandidateBuilder:
         model = copy.deepcopy(self.shared.trimmed if structure.vocabulary is not None else self.teacher)
         return apply_structure(model, dataclasses.replace(structure, vocabulary=None), compensation)
 
+    def candidate_model(self, shape: Shape) -> nn.Module:
+        """The float model a candidate of `shape` exports: with recovery, a copy of the structure's recovered
+        weights (trimmed after recovery when the shape trims the vocabulary); else the teacher pruned to it."""
+        if not needs_recovery(self, shape):
+            return self.pruned(shape)
+        model = copy.deepcopy(self.recovered(shape))  # quantization must not touch the kept recovered weights
+        if shape.trim_vocabulary:  # recovered at the full vocabulary (the teacher's inputs), trimmed after
+            model = trim_vocabulary(model, self.structure(shape).vocabulary)
+        return model
+
     def recovered(self, shape: Shape) -> nn.Module:
         """The structure of `shape` distilled from the dense teacher, full vocabulary (`recovering.recover`)."""
         return recover(self, shape)
@@ -325,12 +335,7 @@ class CandidateBuilder:
             return BuildJob(ExportJob(student, example, recipe, self.calibration(recipe, trimmed),
                                       exports / f"recovered{suffix}"),  # named after recovery, by its weights
                             verify_on, vocabulary, name, RecoverySpec(self.options, parent, torch.get_num_threads()))
-        if needs_recovery(self, shape):
-            model = copy.deepcopy(self.recovered(shape))
-            if trimmed:
-                model = trim_vocabulary(model, self.structure(shape).vocabulary)
-        else:
-            model = self.pruned(shape)
+        model = self.candidate_model(shape)
         target = exports / f"{content_key(model, recipe.name, example)}{suffix}"
         if target.exists():
             return None
@@ -346,15 +351,12 @@ class CandidateBuilder:
     def build(self, shape: Shape, recipe: Recipe, file_name: str, label: str,
               baseline: bool = False) -> BuiltArtifact:
         recovery = ""
-        if not baseline and needs_recovery(self, shape):
-            model = copy.deepcopy(self.recovered(shape))  # quantization must not touch the kept recovered weights
-            recovery = self.shared.recovered[shape.structure].description
-            if shape.trim_vocabulary:  # recovered at the full vocabulary (the teacher's inputs), trimmed after
-                model = trim_vocabulary(model, self.structure(shape).vocabulary)
-        elif baseline:
+        if baseline:
             model = copy.deepcopy(self.teacher)
         else:
-            model = self.pruned(shape)
+            model = self.candidate_model(shape)
+            if needs_recovery(self, shape):
+                recovery = self.shared.recovered[shape.structure].description
         predicted = self.size_model.predict(model, recipe)
         trimmed = shape.trim_vocabulary and not baseline
         example = self.remap(self.example, trimmed)
