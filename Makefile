@@ -23,11 +23,13 @@ demo: $(STAMP)
 
 test: $(STAMP)
 	# the transport tests drive a real sshd, ssh client and adb client, the report test a headless chromium (Debian)
-	# mksh and busybox: the remote stop script is checked under Android's and busybox's shells
+	# mksh and busybox: the remote stop script is checked under Android's and busybox's shells; g++ builds the
+	# ExecuTorch runner from the executorch wheel (tests/test_native_executorch_runner.py)
 	(command -v sshd || test -x /usr/sbin/sshd) >/dev/null && command -v ssh >/dev/null && command -v adb >/dev/null \
 		&& command -v chromium >/dev/null && command -v mksh >/dev/null && command -v busybox >/dev/null \
+		&& command -v g++ >/dev/null \
 		|| (apt-get update -qq && DEBIAN_FRONTEND=noninteractive \
-		apt-get install -y -qq openssh-server openssh-client adb chromium mksh busybox)
+		apt-get install -y -qq openssh-server openssh-client adb chromium mksh busybox g++)
 	$(BIN)/python -m pytest -q -rs
 
 # The emulated arm64 board (edgeprune/devices/emulated_board.py): Debian bookworm arm64 under QEMU user mode, over

@@ -73,6 +73,11 @@ def test_bundled_board_profiles_state_hardware_budgets_power_and_connection():
         "litert": "/data/local/tmp/benchmark_model", "executorch": "/data/local/tmp/executor_runner"}
     assert load_profile("pi5").runner == "python" and load_profile("pi5").native_binaries == {}
     assert [c.cpus for c in phone.clusters] == [(0, 1, 2, 3), (4, 5, 6, 7), (8,)]
+    board = load_profile("pi5-emulated")  # LiteRT through runner.py, ExecuTorch through the runner setup builds
+    assert board.runner == "python" and board.native == ("executorch",) and board.install == ("litert", "executorch")
+    assert board.native_binaries == {"executorch": "/home/pi/.edgeprune/env/bin/executor_runner"}
+    assert (board.runner_for("litert"), board.runner_for("executorch")) == ("python", "native")
+    assert board.searched_runtimes == ("litert",) and phone.runner_for("litert") == "native"
     assert load_profile("host").endpoint.kind == "local" and load_profile("host").power is None
 
 
@@ -126,6 +131,11 @@ def test_an_ssh_profile_with_everything_optional(tmp_path):
          "supported: executorch, litert"),
         ('description = "a test board"', 'description = "a test board"\nemulated = true',
          "emulated = True has the wrong type; expected a string"),
+        ("threads = 4", 'threads = 4\nnative = ["executorch"]', "runtime.native = ['executorch'] needs the device "
+         "path of each tool: runtime.executor_runner, or runtime.env, where `devices setup` builds"),
+        ("threads = 4", 'threads = 4\nnative = ["litert"]\nenv = "/opt/e"', "runtime.native = ['litert'] needs "
+         "the device path of each tool: runtime.benchmark_model"),
+        ("threads = 4", 'threads = 4\nnative = ["onnx"]', "runtime.native = ['onnx']; supported: executorch, litert"),
     ],
 )
 def test_bad_connection_power_and_cluster_settings_are_named(tmp_path, old, new, message):
@@ -149,6 +159,7 @@ def test_the_emulated_board_profile_names_its_emulation_environment_and_runtimes
     board = load_profile("pi5-emulated")
     assert board.emulated == "QEMU user mode on x86_64" and board.arch == "aarch64" and board.runtime == "litert"
     assert board.env == "/home/pi/.edgeprune/env" and board.python == "/home/pi/.edgeprune/env/bin/python"
-    assert board.install == ("litert",) and board.endpoint.port == 2222 and not board.endpoint.key.startswith("~")
+    assert board.install == ("litert", "executorch") and board.endpoint.port == 2222
+    assert not board.endpoint.key.startswith("~")
     pi5 = load_profile("pi5")
     assert pi5.env is None and pi5.install == () and pi5.emulated is None

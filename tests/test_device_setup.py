@@ -11,8 +11,12 @@ from edgeprune.devices import load_profile
 from edgeprune.devices.profile import Endpoint
 from edgeprune.devices.setup import (
     SetupReport,
+    built_runner_path,
     device_python,
     endpoint_key,
+    host_version,
+    package_sets,
+    pinned,
     record_environment,
     recorded_python,
     wanted_versions,
@@ -60,6 +64,19 @@ def test_wheels_for_a_board_are_its_platform_and_python_and_this_hosts_versions(
     versions = wanted_versions(["litert"])
     assert versions == {"ai-edge-litert": metadata.version("ai-edge-litert"), "numpy": metadata.version("numpy")}
     assert "+" not in wanted_versions(["executorch"])["torch"]  # torch's local tag (+cpu) is no PyPI version
+
+
+def test_a_board_that_runs_pte_files_natively_installs_the_executorch_wheel_alone_and_builds_its_runner():
+    board = load_profile("pi5-emulated")
+    keys = package_sets(board, ["litert", "executorch"])
+    assert keys == ["litert", "executorch-native"]
+    assert pinned(keys, wanted_versions(keys), with_deps=False) == [f"executorch=={host_version('executorch')}"]
+    assert "torch" not in wanted_versions(keys)  # the runner links the wheel's own libraries, never libtorch
+    assert built_runner_path(board, "/home/pi/.edgeprune/env") == "/home/pi/.edgeprune/env/bin/executor_runner"
+    pi5 = load_profile("pi5")  # the Python runner: ExecuTorch's bindings, with torch
+    assert package_sets(pi5, ["executorch"]) == ["executorch"] and built_runner_path(pi5, "/e") is None
+    named = dataclasses.replace(board, native_binaries={"executorch": "/opt/et/executor_runner"})
+    assert built_runner_path(named, "/home/pi/.edgeprune/env") is None  # a tool of the user's own: left alone
 
 
 @pytest.mark.parametrize(("argv", "message"), [

@@ -16,6 +16,7 @@ import time
 import uuid
 from pathlib import Path
 
+import numpy as np
 import pytest
 import torch
 
@@ -131,32 +132,43 @@ def artifacts(tmp_path_factory):
     torch.manual_seed(0)
     model = EncoderClassifier(tiny_bert(), torch.nn.Linear(32, 5)).eval()
     inputs = (torch.randint(1000, 30522, (1, 32)), torch.ones(1, 32, dtype=torch.long))
-    return {suffix: export(model, inputs, folder / f"tiny{suffix}", recipe).path
-            for recipe, suffix in (("fp32", ".pte"), ("litert-fp32", ".tflite"))}
+    exported = {suffix: export(model, inputs, folder / f"tiny{suffix}", recipe).path
+                for recipe, suffix in (("fp32", ".pte"), ("litert-fp32", ".tflite"))}
+    return {**exported, "inputs": inputs}
 
 
-def test_setup_installs_the_runtime_then_does_nothing_and_check_reports_aarch64(board, profiles, tmp_path, capsys):
+def test_setup_installs_the_runtimes_then_does_nothing_and_check_reports_aarch64(board, profiles, tmp_path, capsys,
+                                                                               request):
     env = f"/home/pi/.edgeprune/test-{uuid.uuid4().hex[:8]}"  # fresh: this run must install
     write_profile(profiles, board, env=env)
     target = ["--ssh", board.target, "--identity", board.identity]
     try:
         assert main(["devices", "setup", "pi5-emulated", "--offline", "--json", *target]) == 0
         first = json.loads(capsys.readouterr().out)
-        wanted = {"ai-edge-litert": host_version("ai-edge-litert"), "numpy": host_version("numpy")}
+        wanted = {"ai-edge-litert": host_version("ai-edge-litert"), "numpy": host_version("numpy"),
+                  "executorch": host_version("executorch")}  # the wheel alone: no torch on the board
         assert first["arch"] == "aarch64" and first["env"] == env and first["created_env"] is True
         assert first["installed"] == wanted == first["wanted"] and first["changed"] is True
         assert first["emulated"] == LABEL and first["os"].startswith("Debian GNU/Linux 12")
-        assert first["import_s"]["litert"] > 0
+        assert first["import_s"]["litert"] > 0 and "executorch" not in first["import_s"]
+        runner = first["tools"]["executorch"]  # compiled there by the board's g++ from the wheel's libraries
+        assert runner["path"] == f"{env}/bin/executor_runner" and runner["built"] is True and runner["seconds"] > 0
+        assert "XnnpackBackend" in runner["backends"] and runner["kernels"] > 100
+        assert on_board(board, f"{env}/bin/python -c 'import torch'").returncode != 0
+        show(request, f"setup on the board: install {first['install_s']} s, first import "
+                                  f"{first['import_s']}, runner built in {runner['seconds']} s")
 
         assert main(["devices", "setup", "pi5-emulated", "--offline", *target]) == 0
         again = capsys.readouterr().out
         assert "nothing to do: ai-edge-litert" in again and "installed from" not in again
+        assert f"executorch runner {env}/bin/executor_runner: in place; loads XnnpackBackend" in again
 
         assert main(["devices", "check", "pi5-emulated"]) == 0
         check = json.loads(capsys.readouterr().out)
         assert check["arch"] == "aarch64" and check["ok"] is True and check["problems"] == []
         assert check["python_path"] == f"{env}/bin/python" and check["runtimes"]["litert"] == wanted["ai-edge-litert"]
         assert check["numpy"] == wanted["numpy"] and check["emulated"] == LABEL
+        assert check["tools"] == {"executorch": f"ready: {env}/bin/executor_runner"}
         record = json.loads((tmp_path / "config" / "edgeprune" / "environments.json").read_text())
         assert record[f"ssh:pi@127.0.0.1:{board.port}"]["python"] == f"{env}/bin/python"
     finally:
@@ -176,6 +188,45 @@ def test_bench_runs_a_tflite_on_the_board_with_emulated_figures(provisioned, pro
     assert result["peak_rss_mb"] > 0
     markdown = (tmp_path / "tiny.tflite.pi5-emulated.bench.md").read_text()
     assert f"**{LABEL}**" in markdown and "say nothing about a real board" in markdown
+
+
+def test_bench_runs_a_pte_on_the_board_with_the_runner_setup_built(provisioned, profiles, artifacts, tmp_path,
+                                                                    capsys):
+    code = main(["bench", str(artifacts[".pte"]), "--device", "pi5-emulated", "--out", str(tmp_path), "--json",
+                 "--runs", "5", "--warmup", "1", "--threads", "1"])
+    captured = capsys.readouterr()
+    assert code == 0, captured.err
+    result = json.loads(captured.out)
+    assert result["device"] == "pi5-emulated" and result["runtime"] == "executorch"
+    assert result["runner"] == "executor_runner" and result["emulated"] == LABEL and result["measured"] is True
+    assert len(result["latency_ms"]) == 5 and all(ms > 0 for ms in result["latency_ms"]) and result["load_ms"] > 0
+    assert result["peak_rss_mb"] > 0
+    markdown = (tmp_path / "tiny.pte.pi5-emulated.bench.md").read_text()
+    assert f"**{LABEL}**" in markdown and "executor_runner" in markdown
+
+
+def test_the_pte_gives_on_the_arm64_board_what_it_gives_here(provisioned, profiles, artifacts, tmp_path):
+    from executorch.runtime import Runtime
+
+    from edgeprune.devices.transports import open_transport
+
+    pte = artifacts[".pte"]
+    inputs = artifacts["inputs"]
+    profile = load_profile("pi5-emulated")
+    with open_transport(profile.endpoint, provisioned.env_python) as transport:
+        files = []
+        for index, tensor in enumerate(inputs):
+            tensor.numpy().tofile(tmp_path / f"input_{index}.bin")
+            files.append(transport.push(tmp_path / f"input_{index}.bin"))
+        remote = transport.push(pte)
+        done = transport.run([profile.native_binaries["executorch"], f"--model_path={remote}", "--cpu_threads=1",
+                              f"--inputs={','.join(files)}", f"--output_dir={transport.workdir}"], timeout_s=600)
+        assert done.exit_code == 0, done.stderr
+        got = np.fromfile(transport.fetch("output_0.bin", tmp_path / "board_output.bin"), dtype=np.float32)
+    expected = Runtime.get().load_program(str(pte)).load_method("forward").execute(list(inputs))[0].numpy()
+    # aarch64 XNNPACK kernels (NEON, other accumulation order) against x86's: equal to rounding
+    assert got.shape == (expected.size,) and np.abs(got - expected.ravel()).max() < 1e-4
+    assert np.abs(expected).max() > 0.01  # not a trivially small output
 
 
 def test_a_wrong_host_key_is_refused(board, profiles, tmp_path, capsys):

@@ -16,7 +16,7 @@ from pathlib import Path
 import numpy as np
 import torch
 
-from edgeprune.devices.profile import DeviceProfile, Endpoint, PowerModel
+from edgeprune.devices.profile import NATIVE_KEYS, DeviceProfile, Endpoint, PowerModel
 from edgeprune.devices.transports.base import Transport
 from edgeprune.errors import EdgepruneError, UserInputError
 
@@ -113,9 +113,9 @@ def benchmark_on(
     there, fetch the result.
 
     `profile` supplies the power sensor, the power model for estimates and the native binaries
-    (runtime.runner = "native"); `native_binary` (a path on the device, or a local file to push) picks
-    the native tool for this artifact's runtime. The Python runner needs `transport.python` with numpy
-    and the runtime package. The work folder is left for `transport.close()` to remove.
+    (runtime.runner = "native", or the runtimes in runtime.native); `native_binary` (a path on the device, or a
+    local file to push) picks the native tool for this artifact's runtime. The Python runner needs
+    `transport.python` with numpy and the runtime package. The work folder is left for `transport.close()` to remove.
     """
     if runs < 1 or warmup < 0:
         raise ValueError(f"need runs >= 1 and warmup >= 0, got runs={runs}, warmup={warmup}")
@@ -126,8 +126,9 @@ def benchmark_on(
     if runtime is None:
         raise ValueError(f"{artifact}: cannot tell the runtime from the file type; pass runtime=")
     device = device or (profile.name if profile else "host")
-    binary = native_binary or (profile.native_binaries.get(runtime) if profile and profile.runner == "native" else None)
-    if profile and profile.runner == "native" and binary is None:
+    native = profile is not None and profile.runner_for(runtime) == "native"
+    binary = native_binary or (profile.native_binaries.get(runtime) if native else None)
+    if native and binary is None:
         raise UserInputError(f"device {profile.name} runs native benchmark tools but names none for {runtime} "
                              f"(runtime.{NATIVE_KEYS[runtime]} in {profile.source}, or --binary)")
     with tempfile.TemporaryDirectory(prefix="edgeprune-bench-") as scratch:
@@ -146,8 +147,6 @@ def benchmark_on(
     apply_energy(result, energy, profile.power if profile else None)
     return result
 
-
-NATIVE_KEYS = {"litert": "benchmark_model", "executorch": "executor_runner"}
 
 
 def _power_sensor(profile: DeviceProfile | None) -> str:

@@ -35,8 +35,9 @@ RECIPE = {
     "suite": "bookworm",
     "variant": "minbase",
     "mirror": "http://deb.debian.org/debian",
-    # python3-venv brings ensurepip's pip wheel; procps gives the board `ps`, as Raspberry Pi OS has
-    "packages": ["python3", "python3-venv", "openssh-server", "procps"],
+    # python3-venv brings ensurepip's pip wheel; procps gives the board `ps`, as Raspberry Pi OS has; g++ builds
+    # the ExecuTorch runner from the executorch wheel's libraries (`devices setup`), as on a Pi with build tools
+    "packages": ["python3", "python3-venv", "openssh-server", "procps", "g++"],
     "user": BOARD_USER,
 }
 QEMU = "/usr/bin/qemu-aarch64-static"

@@ -48,6 +48,7 @@ class DeviceReport:
     sensors: dict[str, Any] = field(default_factory=dict)  # "power"/"thermal" → reader → "readable: …"/"unavailable: …"
     problems: list[str] = field(default_factory=list)
     emulated: str | None = None  # how the device is emulated (its timings are not the real board's), else None
+    tools: dict[str, str] = field(default_factory=dict)  # runtime timed natively → "ready: PATH" / "missing: PATH"
 
     @property
     def ok(self) -> bool:
@@ -77,6 +78,7 @@ def probe_device(profile: DeviceProfile, endpoint: Endpoint | None = None) -> De
         done = transport.run(["sh", "-c", script], timeout_s=120)
         label = transport.label
         sensors = probe_sensors(transport) if done.exit_code == 0 else {}
+        tools = probe_tools(transport, profile) if done.exit_code == 0 else {}
     lines = done.stdout.strip().splitlines()
     if done.exit_code != 0 or len(lines) < 6:
         answer = (done.stderr or done.stdout)[-300:]
@@ -97,15 +99,35 @@ def probe_device(profile: DeviceProfile, endpoint: Endpoint | None = None) -> De
         problems.append(f"arch is {arch}, the profile says {profile.arch}")
     if cores != profile.cores:
         problems.append(f"{cores} cores online, the profile says {profile.cores}")
+    problems += [f"the {runtime} benchmark tool {state.split(': ', 1)[1]} is missing or not executable"
+                 + (" (edgeprune devices setup builds it)" if runtime == "executorch" else "")
+                 for runtime, state in tools.items() if state.startswith("missing")]
     if not versions:
         problems.append(f"no working python at {transport.python} (set runtime.python in the profile)")
+    elif profile.runner_for(profile.runtime) == "native":
+        pass  # timed by its native tool, checked above
     elif not runtimes[profile.runtime]:
         problems.append(f"the profile's runtime {profile.runtime} is not installed for {python_path}")
     elif not versions.get("numpy"):
         problems.append(f"numpy, which the benchmark runner needs, is not installed for {python_path}")
     return DeviceReport(profile.name, label, arch, cores, ram_mb, versions.get("python"),
                         None if python_path == "missing" else python_path, versions.get("numpy"), runtimes,
-                        sensors, problems, emulated or profile.emulated and f"emulated ({profile.emulated})")
+                        sensors, problems, emulated or profile.emulated and f"emulated ({profile.emulated})", tools)
+
+
+def probe_tools(transport: Transport, profile: DeviceProfile) -> dict[str, str]:
+    """Whether the native benchmark tool of each runtime the profile times natively is there and executable."""
+    from edgeprune.devices.setup import install_runtimes
+
+    wanted = dict.fromkeys([*profile.searched_runtimes, *install_runtimes(profile)])
+    paths = {r: profile.native_binaries[r] for r in wanted
+             if profile.runner_for(r) == "native" and r in profile.native_binaries}
+    if not paths:
+        return {}
+    script = "; ".join(f"test -x {shlex.quote(p)} && echo ready || echo missing" for p in paths.values())
+    done = transport.run(["sh", "-c", script], timeout_s=120)
+    states = done.stdout.split()
+    return {r: f"{states[i] if i < len(states) else 'missing'}: {p}" for i, (r, p) in enumerate(paths.items())}
 
 
 def probe_sensors(transport: Transport) -> dict[str, Any]:

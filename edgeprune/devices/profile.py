@@ -18,6 +18,8 @@ SUPPORTED_RUNTIMES = ("executorch", "litert")
 SUPPORTED_CONNECTIONS = ("local", "ssh", "adb")
 SUPPORTED_SENSORS = ("vcgencmd", "ina3221", "tegrastats", "battery", "rapl")  # edgeprune/bench/sensors
 SUPPORTED_RUNNERS = ("python", "native")
+NATIVE_KEYS = {"litert": "benchmark_model", "executorch": "executor_runner"}  # runtime -> its tool's profile key
+EXECUTOR_RUNNER = "executor_runner"  # the file name of the ExecuTorch runner `devices setup` builds in bin/
 MAX_NUMBER = 1e12  # no count, size, rate or power of a device comes near it; beyond it a number is a typo
 MAX_PORT = 65535
 # what ssh accepts as a user and a host, and nothing a shell or the ssh client would read as more (';', '-o...')
@@ -48,7 +50,8 @@ SCHEMA: dict[str, dict[str, Key]] = {
     "runtime": {"name": Key(str, choices=SUPPORTED_RUNTIMES), "threads": Key(int, positive=True),
                 "python": Key(str, False), "runner": Key(str, False, choices=SUPPORTED_RUNNERS),
                 "benchmark_model": Key(str, False), "executor_runner": Key(str, False),
-                "env": Key(str, False), "install": Key(list, False), "runtimes": Key(list, False)},
+                "env": Key(str, False), "install": Key(list, False), "runtimes": Key(list, False),
+                "native": Key(list, False)},
     "budgets": {"max_mb": Key(NUMBER, False, positive=True), "max_memory_mb": Key(NUMBER, False, positive=True),
                 "max_latency_ms": Key(NUMBER, False, positive=True),
                 "max_energy_mj": Key(NUMBER, False, positive=True)},
@@ -122,6 +125,7 @@ class DeviceProfile:
     python: str | None = None  # the runner's interpreter; None: python3 on a device, this one locally
     runner: str = "python"  # "python": runner.py on the device; "native": the benchmark binaries below
     native_binaries: dict[str, str] = field(default_factory=dict)  # runtime -> device path of its benchmark tool
+    native: tuple[str, ...] = ()  # runtimes timed by their native tool even where `runner` is "python"
     max_memory_mb: float | None = None
     max_latency_ms: float | None = None
     max_energy_mj: float | None = None
@@ -131,6 +135,10 @@ class DeviceProfile:
     install: tuple[str, ...] = ()  # the runtimes `devices setup` installs; () means just `runtime`
     emulated: str | None = None  # e.g. "QEMU user mode on x86_64": its timings say nothing about the real board
     runtimes: tuple[str, ...] = ()  # every runtime the board runs, searched by fit (`runtime` first); () = (runtime,)
+
+    def runner_for(self, runtime: str) -> str:
+        """"native" when this runtime is timed by its native tool on the device, else "python" (runner.py)."""
+        return "native" if self.runner == "native" or runtime in self.native else "python"
 
     @property
     def searched_runtimes(self) -> tuple[str, ...]:
@@ -330,16 +338,23 @@ def _parse(path: Path) -> DeviceProfile:
             raise UserInputError(f"{path}: power.active_w = {active} is below power.idle_w = {idle}")
         power = PowerModel(float(idle), float(active), data["power"].get("sensor"))
 
-    binaries = {name: runtime[key] for name, key in (("litert", "benchmark_model"), ("executorch", "executor_runner"))
-                if key in runtime}
+    env = runtime.get("env")
+    if env is not None and (not env.startswith("/") or any(c in env for c in "\n\r\0")):
+        raise UserInputError(f"{path}: runtime.env = {env!r} must be an absolute path on the device")
+    binaries = {name: runtime[key] for name, key in NATIVE_KEYS.items() if key in runtime}
+    native = runtime.get("native", [])
+    if any(name not in SUPPORTED_RUNTIMES for name in native):
+        raise UserInputError(f"{path}: runtime.native = {native!r}; supported: {', '.join(SUPPORTED_RUNTIMES)}")
+    if "executorch" in native and "executorch" not in binaries and env:
+        binaries["executorch"] = f"{env}/bin/{EXECUTOR_RUNNER}"  # where `devices setup` builds it
     runner = runtime.get("runner", "python")
     if runner == "native" and not binaries:
         raise UserInputError(f"{path}: runtime.runner = 'native' needs runtime.benchmark_model (LiteRT) and/or "
                              "runtime.executor_runner (ExecuTorch): the device path of the benchmark binary")
-
-    env = runtime.get("env")
-    if env is not None and (not env.startswith("/") or any(c in env for c in "\n\r\0")):
-        raise UserInputError(f"{path}: runtime.env = {env!r} must be an absolute path on the device")
+    for name in (n for n in native if n not in binaries):
+        also = ", or runtime.env, where `devices setup` builds the ExecuTorch runner" if name == "executorch" else ""
+        raise UserInputError(f"{path}: runtime.native = {native!r} needs the device path of each tool: "
+                             f"runtime.{NATIVE_KEYS[name]}{also}")
     install = runtime.get("install", [])
     if any(name not in SUPPORTED_RUNTIMES for name in install):
         raise UserInputError(f"{path}: runtime.install = {install!r}; supported: {', '.join(SUPPORTED_RUNTIMES)}")
@@ -362,6 +377,7 @@ def _parse(path: Path) -> DeviceProfile:
         mem_bandwidth_gbs=number(hardware, "mem_bandwidth_gbs"),
         clusters=_clusters(path, hardware.get("clusters", []), hardware["cores"]),
         python=runtime.get("python") or (f"{env}/bin/python" if env else None), runner=runner, native_binaries=binaries,
+        native=tuple(dict.fromkeys(native)),
         max_memory_mb=number(budgets, "max_memory_mb"),
         max_latency_ms=number(budgets, "max_latency_ms"), max_energy_mj=number(budgets, "max_energy_mj"),
         power=power, endpoint=_endpoint(path, data["connection"]),

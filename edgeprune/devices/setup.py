@@ -20,7 +20,8 @@ from importlib import metadata
 from pathlib import Path
 from typing import Any
 
-from edgeprune.devices.profile import DeviceProfile, Endpoint
+from edgeprune.devices.native_tools import build_on_board
+from edgeprune.devices.profile import EXECUTOR_RUNNER, DeviceProfile, Endpoint
 from edgeprune.devices.transports import Transport, open_transport
 from edgeprune.errors import EdgepruneError, UserInputError
 
@@ -47,6 +48,9 @@ RUNTIME_PACKAGES = {
         ("numpy", "flatbuffers", "tabulate", "ruamel.yaml", "packaging", "typing-extensions", "sympy", "networkx",
          "jinja2", "filelock", "fsspec"), ("torch", "executorch", "torchao"),
         imports="import torch; from executorch.runtime import Runtime; Runtime.get()", disk_mb=2500),
+    # a board that times .pte files with the native runner needs only the wheel's libraries and headers, from
+    # which setup compiles the runner there (edgeprune/devices/native_tools.py): no torch
+    "executorch-native": RuntimePackages((), ("executorch",), disk_mb=200),
 }
 MIN_FREE_RAM_MB = 256
 # PyPI's aarch64 torch wheel is a CUDA build: it does not import without NVIDIA's libraries (gigabytes, and
@@ -110,11 +114,13 @@ class SetupReport:
     import_s: dict[str, float] = field(default_factory=dict)  # runtime -> seconds of its first import there
     install_s: float = 0.0
     emulated: str | None = None  # the board's own word that it is emulated, e.g. by QEMU user mode
+    # runtime -> its native tool on the board: path, built (by this run), seconds, backends, kernels
+    tools: dict[str, dict[str, Any]] = field(default_factory=dict)
     version: int = SETUP_VERSION
 
     @property
     def changed(self) -> bool:
-        return bool(self.installed) or self.created_env
+        return bool(self.installed) or self.created_env or any(tool["built"] for tool in self.tools.values())
 
     def to_dict(self) -> dict[str, Any]:
         return {**asdict(self), "changed": self.changed}
@@ -143,6 +149,22 @@ def pinned(runtimes: list[str], wanted: dict[str, str], with_deps: bool) -> list
 
 def install_runtimes(profile: DeviceProfile) -> list[str]:
     return list(profile.install or profile.searched_runtimes)
+
+
+def package_sets(profile: DeviceProfile, runtimes: list[str]) -> list[str]:
+    """The keys of RUNTIME_PACKAGES for `runtimes` on this board: ExecuTorch timed by the native runner needs
+    no torch."""
+    return [f"{r}-native" if r == "executorch" and profile.runner_for(r) == "native" else r for r in runtimes]
+
+
+def built_runner_path(profile: DeviceProfile, env: str) -> str | None:
+    """Where setup builds the ExecuTorch runner on this board, or None when it times .pte files otherwise (the
+    Python runner, or a tool the profile names elsewhere, which setup leaves alone)."""
+    if profile.runner_for("executorch") != "native":
+        return None
+    path = profile.native_binaries.get("executorch")
+    default = f"{env}/bin/{EXECUTOR_RUNNER}"
+    return default if path is None or path == f"{profile.env}/bin/{EXECUTOR_RUNNER}" else None
 
 
 def environment_record() -> Path:
@@ -268,9 +290,10 @@ def setup_device(profile: DeviceProfile, endpoint: Endpoint | None = None, offli
         raise UserInputError(f"device {profile.name} is this machine (connection kind = 'local'); setup is for "
                              "boards: pass --ssh USER@HOST")
     runtimes = install_runtimes(profile)
-    wanted = wanted_versions(runtimes)
+    packages = package_sets(profile, runtimes)
+    wanted = wanted_versions(packages)
     with open_transport(endpoint, "python3") as transport:
-        facts = check_board(transport, profile, runtimes, profile.env or DEFAULT_ENV)
+        facts = check_board(transport, profile, packages, profile.env or DEFAULT_ENV)
         env = facts["env"]
         python = f"{env}/bin/python"
         report = SetupReport(profile.name, transport.label, facts["arch"], facts["os"], facts["python"],
@@ -288,11 +311,11 @@ def setup_device(profile: DeviceProfile, endpoint: Endpoint | None = None, offli
                 report.created_env = True
             sources = ["--no-index", "--find-links", transport.workdir] if offline else []
             if offline:
-                wheels = download_wheels(runtimes, wanted, facts["arch"], facts["python"], cache or default_cache_dir())
+                wheels = download_wheels(packages, wanted, facts["arch"], facts["python"], cache or default_cache_dir())
                 for wheel in wheels:
                     transport.push(wheel)
             for deps in (True, False):
-                pins = pinned(runtimes, wanted, deps)
+                pins = pinned(packages, wanted, deps)
                 if not pins:
                     continue
                 # nice: on a board that also serves other work, the install yields to it
@@ -304,15 +327,21 @@ def setup_device(profile: DeviceProfile, endpoint: Endpoint | None = None, offli
                     raise EdgepruneError(f"pip install on {transport.label} failed (exit {done.exit_code}): {tail}")
             report.install_s = round(time.monotonic() - started, 1)
             report.installed = dict(missing)
-            for runtime in runtimes:
+            for runtime, package in zip(runtimes, packages, strict=True):
+                if not RUNTIME_PACKAGES[package].imports:
+                    continue
                 started = time.monotonic()
-                loaded = transport.run([python, "-c", RUNTIME_PACKAGES[runtime].imports], timeout_s=600)
+                loaded = transport.run([python, "-c", RUNTIME_PACKAGES[package].imports], timeout_s=600)
                 if loaded.exit_code != 0:
                     tail = " | ".join(loaded.stderr.strip().splitlines()[-1:])[-300:]
                     hint = TORCH_HINT.format(python=python, torch=wanted.get("torch")) if "libcu" in tail else ""
                     raise EdgepruneError(f"{runtime} was installed on {transport.label} but does not load: "
                                          f"{tail}{hint}")
                 report.import_s[runtime] = round(time.monotonic() - started, 1)
+        runner = built_runner_path(profile, env) if "executorch" in runtimes else None
+        if runner is not None:
+            report.tools["executorch"] = asdict(build_on_board(transport, python, runner, wanted["executorch"],
+                                                               timeout_s))
     record_environment(endpoint, report)
     return report
 
@@ -330,5 +359,9 @@ def describe(report: SetupReport) -> str:
         lines.append(f"installed {source} in {report.install_s:g} s: "
                      f"{', '.join(f'{n} {v}' for n, v in report.installed.items())}")
         lines += [f"first import of {r}: {s:g} s" for r, s in report.import_s.items()]
+    for runtime, tool in report.tools.items():
+        state = f"built on the board in {tool['seconds']:g} s" if tool["built"] else "in place"
+        lines.append(f"{runtime} runner {tool['path']}: {state}; loads {', '.join(tool['backends'])} and "
+                     f"{tool['kernels']} kernels")
     lines.append(f"devices check, bench and fit now run {shlex.quote(report.env_python)} on this board")
     return "\n".join(lines)
