@@ -240,20 +240,21 @@ def test_a_wrong_host_key_is_refused(board, profiles, tmp_path, capsys):
     assert "does not match the one in" in err and str(wrong) in err
 
 
+@pytest.mark.parametrize(("suffix", "runner"), [(".tflite", "edgeprune_runner.py"), (".pte", "executor_runner")])
 def test_a_timeout_leaves_no_runner_on_the_board(provisioned, board, profiles, artifacts, tiny_bert_dir, tmp_path,
-                                                 capsys):
+                                                 capsys, suffix, runner):
     seen: set[int] = set()
     done = threading.Event()
 
     def watch() -> None:  # the runner's PIDs on the board while the benchmark runs
         while not done.is_set():
-            seen.update(board_processes(board, "edgeprune_runner.py"))
+            seen.update(board_processes(board, runner))
             time.sleep(0.1)
 
     watcher = threading.Thread(target=watch)
     watcher.start()
     try:
-        code = main(["bench", str(artifacts[".tflite"]), "--device", "pi5-emulated", "--model", str(tiny_bert_dir),
+        code = main(["bench", str(artifacts[suffix]), "--device", "pi5-emulated", "--model", str(tiny_bert_dir),
                      "--out", str(tmp_path), "--runs", "10000000", "--warmup", "0", "--timeout-s", "20", *TINY])
     finally:
         done.set()
@@ -262,10 +263,10 @@ def test_a_timeout_leaves_no_runner_on_the_board(provisioned, board, profiles, a
     assert code == 6 and "ran past its 20 s timeout" in err, err
     assert seen, "the runner never started on the board within the timeout"
     deadline = time.monotonic() + 10
-    while board_processes(board, "edgeprune_runner.py") and time.monotonic() < deadline:
+    while board_processes(board, runner) and time.monotonic() < deadline:
         time.sleep(0.1)
-    assert not board_processes(board, "edgeprune_runner.py")
-    assert "edgeprune_runner" not in on_board(board, "ps ax -o args").stdout
+    assert not board_processes(board, runner)
+    assert runner not in on_board(board, "ps ax -o args").stdout
 
 
 def test_fit_on_the_board_measures_its_candidates_there_and_labels_them(provisioned, profiles, tiny_bert_dir,

@@ -48,9 +48,12 @@ BINFMT_ENTRY = (r":qemu-aarch64:M::\x7f\x45\x4c\x46\x02\x01\x01\x00\x00\x00\x00\
                 f":{QEMU}:F")
 # /proc for the runner's memory figures and ps, /dev for python and ssh. Not /sys: with both the host's CPU lists
 # there and its x86 /proc/cpuinfo, the cpuinfo library in LiteRT's aarch64 wheel crashes (SIGSEGV) under QEMU 7.2
-# as the interpreter is made; without /sys it says "failed to parse both lists of possible and present
-# processors" and LiteRT runs. (Measured here: a 3 KB .tflite crashed with /sys mounted and ran without.)
+# as the interpreter is made. (Measured here: a 3 KB .tflite crashed with /sys mounted and ran without.)
 MOUNTS = ("proc", "dev")
+# Without /sys, cpuinfo says "failed to parse both lists of possible and present processors": LiteRT runs on, but
+# ExecuTorch's XNNPACK backend fails to initialise (status 5) and the runner segfaults. So the root gets the two
+# CPU lists a board's kernel shows, as plain files (`write_cpu_lists`); with them both runtimes run.
+CPU_LISTS = ("sys/devices/system/cpu/possible", "sys/devices/system/cpu/present")
 
 
 class BoardError(RuntimeError):
@@ -188,6 +191,18 @@ def mount_system(root: Path) -> None:
                 subprocess.run(["mount", "--make-rslave", str(target)], capture_output=True)
 
 
+def write_cpu_lists(root: Path) -> None:
+    """The board's /sys/devices/system/cpu/possible and present, "0-N" for the CPUs QEMU user mode shows (this
+    host's), as plain files in the root's own /sys folder (see CPU_LISTS)."""
+    last = (os.cpu_count() or 1) - 1
+    for name in CPU_LISTS:
+        path = root / name
+        if is_mount(root / "sys"):
+            raise BoardError(f"{root / 'sys'} is a mount; unmount it (the board runs without the host's /sys)")
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text(f"0-{last}\n" if last else "0\n")
+
+
 def unmount(root: Path) -> None:
     for name in ("proc", "sys", "dev"):  # also what an older recipe mounted
         target = root / name
@@ -228,6 +243,7 @@ def start(port: int = DEFAULT_PORT, folder: Path | None = None, timeout_s: float
     folder.mkdir(parents=True, exist_ok=True)
     ensure_binfmt()
     mount_system(root)
+    write_cpu_lists(root)
     host_public = keygen(folder / "host_key")
     client_public = keygen(folder / "id_ed25519")
     # per port: two boards on one root (make board, and a test) keep their own host key and authorized key
