@@ -14,6 +14,7 @@ from edgeprune.models import adapter_for
 from edgeprune.progress import Progress
 from edgeprune.pruning.ffn import intermediate_sizes
 from edgeprune.quantize import FP32_RECIPE, RECIPES
+from edgeprune.search.budget import Budget
 from edgeprune.search.builder import CandidateBuilder
 from edgeprune.search.journal import Journal
 from edgeprune.search.options import FitOptions
@@ -107,6 +108,34 @@ def test_the_artifact_of_a_recovered_structure_is_the_recovered_model_trimmed(re
         before = first_output(unrecovered(*inputs))
         assert not torch.allclose(before, expected, atol=1e-3)  # recovery changed the model that was exported
     assert artifact.vocabulary_size is not None and artifact.vocabulary_size < builder.vocabulary.original_size
+
+
+def test_a_candidate_predicted_over_the_size_budget_is_measured_before_it_is_recovered(recovering):
+    builder, notes = recovering(ffn_fractions=(0.0, 0.5), layer_removals=(0, 1))
+    recipe, reference = RECIPES.get("int8"), builder.proxy(Shape())
+    shape = Shape(4, 0.5, 1, trim_vocabulary=True)
+    recovered = builder.build(shape, recipe, "recovered.pte", "candidate")  # recovers and exports
+    unrecovered = builder.build(Shape(2, 0.5, 1, trim_vocabulary=True), recipe, "plain.pte", "candidate",
+                                recover=False)
+    assert unrecovered.recovery == "" and Shape(2, 0.5, 1).structure not in builder.shared.recovered
+    probe = builder.build(shape, recipe, "probe.pte", "candidate", recover=False)
+    # the same shapes, yet 2,560 bytes smaller here: the exporter stores bitwise-equal tensors once, and this random
+    # tiny BERT's LayerNorms are all ones and zeros until recovery moves them apart. Never larger: what is equal
+    # after distillation was equal before it.
+    assert probe.file_bytes <= recovered.file_bytes
+    predicted = builder.predict_bytes(Shape(2, 0.5, 1, True), recipe)
+
+    over = Budget(max_mb=(unrecovered.file_bytes - 1) / 1e6)  # predicted over, and over once measured
+    assert predicted > over.max_mb * 1e6
+    artifact = builder.candidate(recipe, Shape(2, 0.5, 1, True), over, reference)
+    assert artifact.file_bytes == unrecovered.file_bytes and artifact.recovery == ""
+    assert "measured on the unrecovered structure" in artifact.note and artifact.validation_quality is None
+    assert Shape(2, 0.5, 1).structure not in builder.shared.recovered  # no distillation spent on it
+    assert not any(n.strip().startswith("recovered 2 heads removed") for n in notes.notes)
+
+    fits = Budget(max_mb=builder.predict_bytes(Shape(3, 0.5, 1, True), recipe) / 1e6)  # at the limit: no probe
+    artifact = builder.candidate(recipe, Shape(3, 0.5, 1, True), fits, reference)
+    assert artifact.recovery.startswith("distilled from the dense teacher") and "unrecovered" not in artifact.note
 
 
 def test_the_search_bound_is_measured_after_recovery_and_borrowed_before(recovering):
