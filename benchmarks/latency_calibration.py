@@ -11,7 +11,9 @@ LiteRT and benchmarked here, each in its own process, alternating over `--rounds
 rounds' p50 is the measurement. Then, per recipe, in the shuffled order a search would meet them, the latency
 model (`edgeprune.search.latency.LatencyModel`, the one fit uses) predicts each structure's p50 from the ones
 measured before it: the predictions whose basis is a fitted line are the calibrated ones the ±10 %-on-90 %
-target is about. A leave-one-out pass (every other structure of the recipe measured) is reported too. Writes
+target is about. A leave-one-out pass (every other structure of the recipe measured) is reported too, and the
+measurement's own repeatability: the even rounds' median p50 of each file against its odd rounds' (a model
+cannot be shown more exact than that). Writes
 latency_calibration.json (every measurement, so `--analyse` re-scores a changed model without a benchmark).
 Run nothing else meanwhile.
 """
@@ -102,7 +104,11 @@ def analyse(data: dict, seed: int) -> dict:
                     model.observe(recipe, flops, p50)
             loo.append((model.predict(recipe, points[held][0]), points[held][1]))
         fitted = [(p, m) for basis, p, m in sequential if basis == "fitted"]
-        report[recipe] = {"sequential_all": to_jsonable(prediction_error((p, m) for _, p, m in sequential)),
+        # the noise floor: the median of the even rounds taken as a "prediction" of the odd rounds' median, for the
+        # same file; no model can be judged more exact than the measurement is repeatable
+        rounds = [row["p50_rounds"][recipe] for row in data["rows"] if len(row["p50_rounds"][recipe]) >= 2]
+        halves = [(statistics.median(p50s[0::2]), statistics.median(p50s[1::2])) for p50s in rounds]
+        report[recipe] = {"repeatability": to_jsonable(prediction_error(halves)),"sequential_all": to_jsonable(prediction_error((p, m) for _, p, m in sequential)),
                           "sequential_fitted": to_jsonable(prediction_error(fitted)),
                           "leave_one_out": to_jsonable(prediction_error(loo)),
                           "sequential": [{"basis": b, "predicted_ms": p, "measured_ms": m} for b, p, m in sequential]}
@@ -120,7 +126,7 @@ def print_tables(data: dict, report: dict) -> None:
     print("| recipe | predictions | within ±10 % | median error | p90 error |")
     print("|---|---|---|---|---|")
     for recipe, parts in report.items():
-        for name in ("sequential_all", "sequential_fitted", "leave_one_out"):
+        for name in ("repeatability", "sequential_all", "sequential_fitted", "leave_one_out"):
             error = parts[name]
             if error["count"]:
                 print(f"| {recipe} {name.replace('_', ' ')} | {error['count']} | {error['within_10_percent']:.0%} | "
