@@ -108,7 +108,8 @@ def analyse(data: dict, seed: int) -> dict:
         # same file; no model can be judged more exact than the measurement is repeatable
         rounds = [row["p50_rounds"][recipe] for row in data["rows"] if len(row["p50_rounds"][recipe]) >= 2]
         halves = [(statistics.median(p50s[0::2]), statistics.median(p50s[1::2])) for p50s in rounds]
-        report[recipe] = {"repeatability": to_jsonable(prediction_error(halves)),"sequential_all": to_jsonable(prediction_error((p, m) for _, p, m in sequential)),
+        report[recipe] = {"repeatability": to_jsonable(prediction_error(halves)),
+                          "sequential_all": to_jsonable(prediction_error((p, m) for _, p, m in sequential)),
                           "sequential_fitted": to_jsonable(prediction_error(fitted)),
                           "leave_one_out": to_jsonable(prediction_error(loo)),
                           "sequential": [{"basis": b, "predicted_ms": p, "measured_ms": m} for b, p, m in sequential]}
