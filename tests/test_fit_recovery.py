@@ -3,6 +3,7 @@ the dense teacher; a structure with more heads removed on the same line starts f
 one before it; the artifact is the recovered model; the search's bound is measured after recovery."""
 
 import json
+import sys
 
 import pytest
 import torch
@@ -136,6 +137,27 @@ def test_a_candidate_predicted_over_the_size_budget_is_measured_before_it_is_rec
     fits = Budget(max_mb=builder.predict_bytes(Shape(3, 0.5, 1, True), recipe) / 1e6)  # at the limit: no probe
     artifact = builder.candidate(recipe, Shape(3, 0.5, 1, True), fits, reference)
     assert artifact.recovery.startswith("distilled from the dense teacher") and "unrecovered" not in artifact.note
+
+
+def test_a_candidate_predicted_too_slow_is_benchmarked_before_it_is_recovered(recovering):
+    from edgeprune.devices.profile import Endpoint
+    from edgeprune.devices.transports import open_transport
+
+    builder, _ = recovering(bench_runs=20, bench_warmup=1)
+    builder.device_link = open_transport(Endpoint(), sys.executable)  # this machine, as fit's host device
+    recipe, reference, shape = RECIPES.get("int8"), builder.proxy(Shape()), Shape(2)
+    builder.latency_model.observe("int8", builder.flops(Shape()), 1000.0)  # a calibrated model that says: slow
+    slow = Budget(max_latency_ms=0.001)  # 1 µs: any real measurement is over it
+    artifact = builder.candidate(recipe, shape, slow, reference)
+    assert artifact.benchmark is not None and artifact.benchmark.p50_ms > slow.max_latency_ms  # measured: too slow
+    assert "over the latency p50 budget, measured on the unrecovered structure" in artifact.note
+    assert artifact.recovery == "" and shape.structure not in builder.shared.recovered
+    assert artifact.validation_quality is None and not artifact.meets_budget
+    expected = 1000.0 * builder.flops(shape) / builder.flops(Shape())  # one measurement: scaled by FLOPs
+    assert artifact.predicted_latency_ms == pytest.approx(expected)  # the prediction kept beside the measurement
+
+    artifact = builder.candidate(recipe, Shape(3), slow, reference, probe=False)  # the closest candidate: in full
+    assert artifact.recovery.startswith("distilled from the dense teacher") and artifact.note == ""
 
 
 def test_the_search_bound_is_measured_after_recovery_and_borrowed_before(recovering):

@@ -254,8 +254,9 @@ def best_first_search(builder: CandidateBuilder, budget: Budget, recipes: tuple[
         if ahead is not None:
             ahead.before_build(proposal, batch[1:])
         try:
+            # the closest candidate is measured in full, recovered: no probe stands in for it
             artifact = builder.candidate(RECIPES.get(proposal.recipe), proposal.shape, budget, reference,
-                                         proposal.threshold)
+                                         proposal.threshold, probe=not proposal.closest)
         except VerificationError as error:
             if proposal.closest:
                 raise
