@@ -148,7 +148,6 @@ def benchmark_on(
     return result
 
 
-
 def _power_sensor(profile: DeviceProfile | None) -> str:
     if profile is not None and profile.power is not None and profile.power.sensor:
         return profile.power.sensor

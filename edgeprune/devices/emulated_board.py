@@ -194,11 +194,11 @@ def mount_system(root: Path) -> None:
 def write_cpu_lists(root: Path) -> None:
     """The board's /sys/devices/system/cpu/possible and present, "0-N" for the CPUs QEMU user mode shows (this
     host's), as plain files in the root's own /sys folder (see CPU_LISTS)."""
+    if is_mount(root / "sys"):
+        raise BoardError(f"{root / 'sys'} is a mount; unmount it (the board runs without the host's /sys)")
     last = (os.cpu_count() or 1) - 1
     for name in CPU_LISTS:
         path = root / name
-        if is_mount(root / "sys"):
-            raise BoardError(f"{root / 'sys'} is a mount; unmount it (the board runs without the host's /sys)")
         path.parent.mkdir(parents=True, exist_ok=True)
         path.write_text(f"0-{last}\n" if last else "0\n")
 

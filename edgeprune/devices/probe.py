@@ -102,13 +102,12 @@ def probe_device(profile: DeviceProfile, endpoint: Endpoint | None = None) -> De
     problems += [f"the {runtime} benchmark tool {state.split(': ', 1)[1]} is missing or not executable"
                  + (" (edgeprune devices setup builds it)" if runtime == "executorch" else "")
                  for runtime, state in tools.items() if state.startswith("missing")]
+    python_runs = profile.runner_for(profile.runtime) == "python"  # else its native tool, checked above
     if not versions:
         problems.append(f"no working python at {transport.python} (set runtime.python in the profile)")
-    elif profile.runner_for(profile.runtime) == "native":
-        pass  # timed by its native tool, checked above
-    elif not runtimes[profile.runtime]:
+    elif python_runs and not runtimes[profile.runtime]:
         problems.append(f"the profile's runtime {profile.runtime} is not installed for {python_path}")
-    elif not versions.get("numpy"):
+    elif python_runs and not versions.get("numpy"):
         problems.append(f"numpy, which the benchmark runner needs, is not installed for {python_path}")
     return DeviceReport(profile.name, label, arch, cores, ram_mb, versions.get("python"),
                         None if python_path == "missing" else python_path, versions.get("numpy"), runtimes,
