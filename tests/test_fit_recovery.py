@@ -134,9 +134,14 @@ def test_a_candidate_predicted_over_the_size_budget_is_measured_before_it_is_rec
     assert Shape(2, 0.5, 1).structure not in builder.shared.recovered  # no distillation spent on it
     assert not any(n.strip().startswith("recovered 2 heads removed") for n in notes.notes)
 
-    fits = Budget(max_mb=builder.predict_bytes(Shape(3, 0.5, 1, True), recipe) / 1e6)  # at the limit: no probe
-    artifact = builder.candidate(recipe, Shape(3, 0.5, 1, True), fits, reference)
+    # at the limit (within the size model's slack): probed, found to fit, then recovered and built as ever
+    shape = Shape(3, 0.5, 1, True)
+    unrecovered = builder.build(shape, recipe, "size.pte", "measuring", recover=False).file_bytes
+    assert builder.predict_bytes(shape, recipe) > unrecovered * (1 - builder.size_slack(recipe))
+    artifact = builder.candidate(recipe, shape, Budget(max_mb=unrecovered / 1e6), reference)
     assert artifact.recovery.startswith("distilled from the dense teacher") and "unrecovered" not in artifact.note
+    builds = [n for n in notes.notes if n.startswith("candidate: int8, 3 heads removed, FFN −50%, 1 layer removed")]
+    assert len(builds) == 2  # the probe's export, then the recovered model's
 
 
 def test_a_candidate_predicted_too_slow_is_benchmarked_before_it_is_recovered(recovering):
