@@ -15,7 +15,7 @@ from edgeprune.errors import DeviceUnreachableError
 from tests.sshd import free_port, start_sshd
 
 KEYS = ["device", "connection", "arch", "cores", "ram_mb", "python", "python_path", "numpy", "runtimes", "sensors",
-        "emulated", "ok", "problems"]
+        "emulated", "tools", "ok", "problems"]
 
 
 def this_machine(**changes):
@@ -37,7 +37,7 @@ def test_this_machine_through_the_local_transport():
     report = probe_device(this_machine())
     assert report.device == "host" and report.connection == "this machine"
     assert_this_machine(report)
-    assert report.ok and report.problems == []
+    assert report.ok and report.problems == [] and report.tools == {}  # host times everything with runner.py
     assert list(report.to_dict()) == KEYS and report.to_dict()["ok"] is True
 
 

@@ -119,7 +119,8 @@ class WorldBuilder:
     def bound(self, shape: Shape) -> Quality:
         return self.proxy(shape)
 
-    def candidate(self, recipe, shape, budget, reference, best=None) -> BuiltArtifact:
+    def candidate(self, recipe, shape, budget, reference, best=None, probe=True) -> BuiltArtifact:
+        # `probe` spares the real builder a recovery (CandidateBuilder.budget_probe); this world has none to spare
         self.built.append((recipe.name, shape))
         if recipe.name in self.rejected:
             raise VerificationError(f"candidate ({recipe.name}) disagrees with its PyTorch source: cosine 0.96 < 0.99")
@@ -223,9 +224,9 @@ class RecoveringWorld(WorldBuilder):
         value = min(recovered_quality(s) for s in self.recovered if shape.structure.at_least_as_compressed_as(s))
         return Quality("accuracy", value, True, "validation", 100)
 
-    def candidate(self, recipe, shape, budget, reference, best=None) -> BuiltArtifact:
+    def candidate(self, recipe, shape, budget, reference, best=None, probe=True) -> BuiltArtifact:
         self.recovered.add(shape.structure)
-        return super().candidate(recipe, shape, budget, reference, best)
+        return super().candidate(recipe, shape, budget, reference, best, probe)
 
 
 class TrustingWorld(RecoveringWorld):

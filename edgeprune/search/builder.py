@@ -286,8 +286,8 @@ class CandidateBuilder:
         """Build one candidate (or take it from the journal); measure its validation quality through the runtime
         when its file fits, and benchmark it on the device only when its quality (signed so higher is better)
         exceeds `best`, what it takes to replace the best candidate so far (None: there is none). `probe`: a
-        candidate still to be recovered that the models put over a budget is measured unrecovered first
-        (`budget_probe`)."""
+        candidate still to be recovered that the models put near the size budget or over the latency budget is
+        measured unrecovered first (`budget_probe`)."""
         key = f"{recipe.name}:{shape.key}"
         saved = journaled_artifact(self.journal, key)
         if saved is not None and (self.work / saved.path).is_file():
@@ -314,9 +314,9 @@ class CandidateBuilder:
         candidate still to be recovered (minutes; an export takes seconds) that the size model puts within its
         slack of the size budget, either side, or the latency model over the latency budget (docs/FINDINGS.md:
         five of ten candidates of a 5 MB fit were recovered, then found 0.1-4 % too large; one predicted at the
-        limit measured 0.6 % over). It holds for the recovered one: the shapes and the
-        recipe set the file size (the exporters store bitwise-equal tensors once, and distillation only parts
-        such tensors, so the recovered file is never smaller) and the kernels' work, not the weights' values."""
+        limit measured 0.6 % over). It holds for the recovered one: the shapes and the recipe set the file size
+        (the exporters store bitwise-equal tensors once, and distillation only parts such tensors, so the
+        recovered file is never smaller) and the kernels' work, not the weights' values."""
         if not needs_recovery(self, shape) or shape.structure in self.shared.recovered:
             return None
         size_near = (budget.max_mb is not None and self.predict_bytes(shape, recipe)
