@@ -63,6 +63,25 @@ def plain_linears(model: nn.Module) -> nn.Module:
     return model
 
 
+def pruned_structure(task, teacher, heads: int, ffn: float, examples: int) -> nn.Module:  # noqa: ANN001
+    """MiniLM with `heads` of 72 heads removed by fit's scores and `ffn` of its FFN neurons by fluctuation, their
+    mean outputs folded into the biases (fit's compensation)."""
+    inputs = task.input_batches("calibration", 16, limit=examples)
+    scores = measured_head_scores(task, teacher.model, teacher.validation, examples, compensate=True)
+    scores = scores.normalize_per_layer(scoring_decision(scores).choice.normalize)
+    statistics = neuron_statistics(teacher.model, inputs)
+    ffn_kept = ffn_kept_from_removal(intermediate_sizes(teacher.model), plan_neurons(statistics.fluctuation, ffn))
+    structure = StructurePlan(plan_global_topk(scores, heads), ffn_kept)
+    return apply_structure(copy.deepcopy(teacher.model), structure,
+                           StructureCompensation(measure_head_means(teacher.model, inputs), statistics.means))
+
+
+def fit_recovery_config(task, steps: int, **changes) -> DistillConfig:  # noqa: ANN001, ANN003
+    """Fit's recovery settings (edgeprune.search.recovering.run_recovery) for `steps` steps."""
+    return DistillConfig(max_steps=steps, eval_every=max(1, steps // 3), warmup_steps=min(20, steps // 5),
+                         seed=task.seed, **changes)
+
+
 def through_runtime(model: nn.Module, task, folder: Path, name: str) -> dict:
     recipe = RECIPES.get("int4")
     example = task.example_inputs("validation", 1)[0]
@@ -84,17 +103,9 @@ def main() -> int:
     args = parser.parse_args()
     task = bundled_task("minilm-bbc", progress=Progress(enabled=False))
     teacher = task.teacher()
-    inputs = task.input_batches("calibration", 16, limit=args.examples)
-    scores = measured_head_scores(task, teacher.model, teacher.validation, args.examples, compensate=True)
-    scores = scores.normalize_per_layer(scoring_decision(scores).choice.normalize)
-    statistics = neuron_statistics(teacher.model, inputs)
-    ffn_kept = ffn_kept_from_removal(intermediate_sizes(teacher.model), plan_neurons(statistics.fluctuation, args.ffn))
-    structure = StructurePlan(plan_global_topk(scores, args.heads), ffn_kept)
-    pruned = apply_structure(copy.deepcopy(teacher.model), structure,
-                             StructureCompensation(measure_head_means(teacher.model, inputs), statistics.means))
+    pruned = pruned_structure(task, teacher, args.heads, args.ffn, args.examples)
     steps = args.steps
-    config = DistillConfig(max_steps=steps, eval_every=max(1, steps // 3), warmup_steps=min(20, steps // 5),
-                           seed=task.seed)  # fit's recovery settings (edgeprune.search.recovering)
+    config = fit_recovery_config(task, steps)
     data = DistillData.from_task(task, 16, task.seed)
     rows = []
     with tempfile.TemporaryDirectory(prefix="edgeprune-qat-") as folder:
@@ -103,7 +114,8 @@ def main() -> int:
             if method == "qat":
                 fake_quantized(student)
             started = time.perf_counter()
-            result = distill(student, teacher.model, data, config, Progress(interval_s=60))
+            result = distill(student, teacher.model, data, config.replace(precision="float32"),
+                             Progress(interval_s=60))
             seconds = time.perf_counter() - started
             student = plain_linears(student).eval()
             row = {"method": method, "recovery_s": round(seconds, 1), "steps": result.steps,

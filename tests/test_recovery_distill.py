@@ -20,7 +20,7 @@ QUIET = Progress(enabled=False)
 pytestmark = pytest.mark.usefixtures("one_thread")  # tests/conftest.py
 
 
-def _teacher():
+def confident_teacher():
     encoder = tiny_bert()
     torch.manual_seed(3)
     head = torch.nn.Linear(32, 3)
@@ -29,7 +29,7 @@ def _teacher():
     return EncoderClassifier(encoder, head).eval()
 
 
-def _student(teacher):
+def damaged_student(teacher):
     """A pruned copy whose head disagrees with the teacher's (pruning alone barely moves a random tiny BERT)."""
     student = prune_heads(copy.deepcopy(teacher), {0: [0, 1, 2], 1: [1, 2, 3], 2: [0, 3]})
     generator = torch.Generator().manual_seed(11)
@@ -38,7 +38,7 @@ def _student(teacher):
     return student
 
 
-def _batches(teacher, count, seed):
+def labelled_batches(teacher, count, seed):
     generator = torch.Generator().manual_seed(seed)
     batches = []
     for _ in range(count):
@@ -52,17 +52,17 @@ def _batches(teacher, count, seed):
 
 
 def _data(teacher):
-    return DistillData.from_batches(_batches(teacher, 6, 1), _batches(teacher, 2, 2))
+    return DistillData.from_batches(labelled_batches(teacher, 6, 1), labelled_batches(teacher, 2, 2))
 
 
 FAST = DistillConfig(learning_rate=3e-3, warmup_steps=2, max_steps=30, eval_every=10, patience=0, seed=7)
 
 
 def test_distillation_lowers_the_kl_to_the_teacher_on_held_out_batches():
-    teacher = _teacher()
-    student = _student(teacher)
+    teacher = confident_teacher()
+    student = damaged_student(teacher)
     data = _data(teacher)
-    held_out = _batches(teacher, 3, 99)
+    held_out = labelled_batches(teacher, 3, 99)
     before = kl_to_teacher(student, teacher, held_out)
     teacher_state = copy.deepcopy(teacher.state_dict())
     result = distill(student, teacher, data, FAST, QUIET)
@@ -78,12 +78,12 @@ def test_distillation_lowers_the_kl_to_the_teacher_on_held_out_batches():
 
 
 def test_same_seed_gives_identical_weights_and_another_seed_differs():
-    teacher = _teacher()
+    teacher = confident_teacher()
     data = _data(teacher)
     config = FAST.replace(max_steps=8, eval_every=4, dropout=True)
     students = []
     for seed in (7, 7, 8):
-        student = _student(teacher)
+        student = damaged_student(teacher)
         # dropout is on while training: the seed must fix it
         distill(student, teacher, data, config.replace(seed=seed), QUIET)
         students.append(student.state_dict())
@@ -92,13 +92,13 @@ def test_same_seed_gives_identical_weights_and_another_seed_differs():
 
 
 def test_early_stop_restores_the_best_validation_weights():
-    teacher = _teacher()
-    student = _student(teacher)
+    teacher = confident_teacher()
+    student = damaged_student(teacher)
     start = copy.deepcopy(student.state_dict())
     # a wild learning rate only makes things worse: no pass beats the starting weights, which come back
     config = DistillConfig(learning_rate=5.0, warmup_steps=0, max_steps=100, eval_every=2, patience=2,
                            max_grad_norm=1e3, seed=0)
-    batches = _batches(teacher, 4, 1)
+    batches = labelled_batches(teacher, 4, 1)
     unlabeled = [{k: v for k, v in b.items() if k != "labels"} for b in batches]
     result = distill(student, teacher, DistillData.from_batches(unlabeled, unlabeled[:2]), config, QUIET)
     assert result.stopped == "early_stop" and result.steps == 4
@@ -108,8 +108,8 @@ def test_early_stop_restores_the_best_validation_weights():
 
 
 def test_the_kept_weights_score_the_reported_best_metric():
-    teacher = _teacher()
-    student = _student(teacher)
+    teacher = confident_teacher()
+    student = damaged_student(teacher)
     data = _data(teacher)
     result = distill(student, teacher, data, FAST.replace(eval_every=5, patience=2, learning_rate=2e-2), QUIET)
     assert result.best_metric == max(h["accuracy"] for h in result.history)
@@ -118,29 +118,30 @@ def test_the_kept_weights_score_the_reported_best_metric():
 
 
 def test_step_and_second_budgets_are_respected():
-    teacher = _teacher()
-    result = distill(_student(teacher), teacher, _data(teacher), FAST.replace(max_steps=5, eval_every=100), QUIET)
+    teacher = confident_teacher()
+    result = distill(damaged_student(teacher), teacher, _data(teacher), FAST.replace(max_steps=5, eval_every=100),
+                     QUIET)
     assert result.steps == 5 and result.stopped == "max_steps" and result.epochs == 1
-    result = distill(_student(teacher), teacher, _data(teacher),
+    result = distill(damaged_student(teacher), teacher, _data(teacher),
                      FAST.replace(max_steps=10_000, max_seconds=0.5, eval_every=10_000), QUIET)
     assert result.stopped == "max_seconds" and 0 < result.steps < 10_000
     assert result.seconds < 5.0  # the budget, plus one last validation pass
-    result = distill(_student(teacher), teacher, _data(teacher),
+    result = distill(damaged_student(teacher), teacher, _data(teacher),
                      FAST.replace(max_steps=10_000, max_epochs=2, eval_every=10_000), QUIET)
     assert result.stopped == "max_epochs" and result.steps == 12 and result.epochs == 2
 
 
 def test_progress_reports_loss_and_validation_on_stderr_style_stream():
-    teacher = _teacher()
+    teacher = confident_teacher()
     stream = io.StringIO()
-    distill(_student(teacher), teacher, _data(teacher), FAST.replace(max_steps=4, eval_every=2),
+    distill(damaged_student(teacher), teacher, _data(teacher), FAST.replace(max_steps=4, eval_every=2),
             Progress(stream=stream, interval_s=0))
     text = stream.getvalue()
     assert "distilling (loss " in text and "validation accuracy" in text
 
 
 def test_student_and_teacher_must_be_distinct():
-    teacher = _teacher()
+    teacher = confident_teacher()
     with pytest.raises(ValueError, match="same module"):
         distill(teacher, teacher, _data(teacher), FAST, QUIET)
 
@@ -148,8 +149,8 @@ def test_student_and_teacher_must_be_distinct():
 def test_config_and_result_round_trip_through_json():
     config = DistillConfig(temperature=4.0, layer_map=[0, 2], hidden_weight=0.5, max_seconds=60.0)
     assert DistillConfig.from_dict(json.loads(json.dumps(config.to_dict()))) == config
-    teacher = _teacher()
-    result = distill(_student(teacher), teacher, _data(teacher), FAST.replace(max_steps=2, eval_every=1), QUIET)
+    teacher = confident_teacher()
+    result = distill(damaged_student(teacher), teacher, _data(teacher), FAST.replace(max_steps=2, eval_every=1), QUIET)
     again = DistillResult.from_dict(json.loads(json.dumps(result.to_dict())))
     assert again.config == result.config and again.history == result.history and again.steps == 2
     with pytest.raises(UserInputError, match="unknown fields"):

@@ -6,6 +6,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from edgeprune.errors import UserInputError
+from edgeprune.recovery.precision import PRECISIONS
 from edgeprune.serialization import from_jsonable, to_jsonable
 
 ALIGNMENTS = ("cosine", "mse")
@@ -34,6 +35,9 @@ class DistillConfig:
     max_epochs: int | None = None
     max_seconds: float | None = None
     dropout: bool = False  # train the student with its dropout on (off: short recoveries on little data drift less)
+    # the student's training arithmetic: float32, bfloat16 (autocast, float32 weights and optimizer state), or auto:
+    # bfloat16 where the hardware computes in it natively (`edgeprune.recovery.precision`)
+    precision: str = "auto"
     eval_every: int = 50  # optimizer steps between validation passes
     patience: int = 3  # validation passes without improvement before stopping; 0 = never stop early
     seed: int = 0
@@ -62,6 +66,9 @@ class DistillConfig:
             raise UserInputError(f"distill config: max_epochs must be at least 1, got {self.max_epochs}")
         if self.max_seconds is not None and not self.max_seconds > 0:
             raise UserInputError(f"distill config: max_seconds must be > 0, got {self.max_seconds}")
+        if self.precision not in PRECISIONS:
+            raise UserInputError(f"distill config: precision must be one of {', '.join(PRECISIONS)}, "
+                                 f"got {self.precision!r}")
         if not self.max_grad_norm > 0:
             raise UserInputError(f"distill config: max_grad_norm must be > 0, got {self.max_grad_norm}")
         if self.layer_map is not None and any(i < 0 for i in self.layer_map):
@@ -100,6 +107,7 @@ class DistillResult:
     stopped: str  # "max_steps" | "max_seconds" | "max_epochs" | "early_stop"
     history: list[dict[str, float]] = field(default_factory=list)  # one entry per validation pass
     config: DistillConfig = field(default_factory=DistillConfig)
+    precision: str = "float32"  # what the student trained in (config.precision resolved on this hardware)
 
     def to_dict(self) -> dict[str, Any]:
         return to_jsonable(self)

@@ -1,7 +1,7 @@
 """`distill`: train a pruned student to match its dense teacher, with early stopping on validation data."""
 
 import time
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from contextlib import ExitStack
 
 import torch
@@ -13,7 +13,17 @@ from edgeprune.models.base import frozen_parameters
 from edgeprune.progress import Progress
 from edgeprune.recovery.config import DistillConfig, DistillResult
 from edgeprune.recovery.data import DistillData
-from edgeprune.recovery.losses import captured_hidden, distillation_loss, forward, is_causal_lm, kl_divergence, mask_of
+from edgeprune.recovery.losses import (
+    Outputs,
+    captured_hidden,
+    distillation_loss,
+    forward,
+    is_causal_lm,
+    kl_divergence,
+    mask_of,
+)
+from edgeprune.recovery.precision import resolve_precision, training_autocast
+from edgeprune.recovery.teacher_outputs import TeacherOutputs
 
 
 def resolve_layer_map(student: nn.Module, teacher: nn.Module, config: DistillConfig) -> list[int] | None:
@@ -35,12 +45,14 @@ def resolve_layer_map(student: nn.Module, teacher: nn.Module, config: DistillCon
 
 
 @torch.no_grad()
-def evaluate(student: nn.Module, teacher: nn.Module, batches: Iterable[Batch],
-             temperature: float = 1.0) -> dict[str, float]:
-    """Validation numbers: KL to the teacher (at `temperature`, T²-scaled) and, with labels, accuracy."""
+def evaluate(student: nn.Module, teacher: nn.Module, batches: Iterable[Batch], temperature: float = 1.0,
+             teacher_forward: Callable[[Batch], Outputs] | None = None) -> dict[str, float]:
+    """Validation numbers: KL to the teacher (at `temperature`, T²-scaled) and, with labels, accuracy. The
+    teacher's outputs come from `teacher_forward` when given (`TeacherOutputs.outputs`: kept ones)."""
     kl_sum = examples = correct = labelled = 0.0
     for batch in batches:
-        s, t = forward(student, batch), forward(teacher, batch)
+        s = forward(student, batch)
+        t = forward(teacher, batch) if teacher_forward is None else teacher_forward(batch)
         causal = is_causal_lm(s.logits)
         size = len(batch["input_ids"])
         kl_sum += float(kl_divergence(s.logits, t.logits, temperature, mask_of(batch) if causal else None)) * size
@@ -86,13 +98,16 @@ def _lr_factor(step: int, warmup: int, total: int) -> float:
 
 
 def distill(student: nn.Module, teacher: nn.Module, data: DistillData, config: DistillConfig | None = None,
-            progress: Progress | None = None) -> DistillResult:
+            progress: Progress | None = None, teacher_outputs: TeacherOutputs | None = None) -> DistillResult:
     """Train `student` in place towards `teacher` (frozen) and keep its best validation weights.
 
     Only the student's trainable parameters change. The metric is validation accuracy when batches carry
     labels for a classifier, else minus the KL to the teacher. Stops at `max_steps`, `max_seconds`,
     `max_epochs` or after `patience` validation passes without improvement, whichever comes first; the
     weights of the best validation pass (the starting weights count as pass 0) are restored.
+
+    The teacher's outputs on a batch are computed once and reused (`TeacherOutputs`): pass one `teacher_outputs`
+    to several runs with the same teacher and data (fit's recoveries) and only the first computes them.
     """
     if student is teacher:
         raise ValueError("the student and the teacher are the same module; distill a copy (copy.deepcopy)")
@@ -105,6 +120,12 @@ def distill(student: nn.Module, teacher: nn.Module, data: DistillData, config: D
     teacher_params = {id(p) for p in teacher.parameters()}
     if any(id(p) in teacher_params for p in params):
         raise ValueError("the student shares parameters with the teacher; distill a copy (copy.deepcopy)")
+    if teacher_outputs is None:
+        teacher_outputs = TeacherOutputs(teacher)
+    elif teacher_outputs.teacher is not teacher:
+        raise ValueError("teacher_outputs holds the outputs of another teacher")
+    device = params[0].device
+    precision = resolve_precision(config.precision, device)
     started = time.monotonic()
     was_training, teacher_was_training = student.training, teacher.training
     student_hidden: list[torch.Tensor] = []
@@ -118,7 +139,18 @@ def distill(student: nn.Module, teacher: nn.Module, data: DistillData, config: D
         torch.manual_seed(config.seed)
         teacher.eval()
         student.eval()
-        initial = evaluate(student, teacher, data.validation())
+
+        def compute_teacher(batch: Batch) -> Outputs:
+            outputs = forward(teacher, batch)
+            outputs.hidden = list(teacher_hidden)
+            teacher_hidden.clear()
+            return outputs
+
+        def teacher_forward(batch: Batch) -> Outputs:
+            # outputs kept with hidden states are kept apart from those kept without
+            return teacher_outputs.outputs(batch, compute_teacher, "hidden" if layer_map is not None else "")
+
+        initial = evaluate(student, teacher, data.validation(), teacher_forward=teacher_forward)
         metric = "accuracy" if "accuracy" in initial else "neg_kl"
         best, best_step = initial, 0
         best_state = {k: v.detach().clone() for k, v in student.state_dict().items()}
@@ -135,7 +167,7 @@ def distill(student: nn.Module, teacher: nn.Module, data: DistillData, config: D
         def validate() -> None:
             nonlocal best, best_step, best_state, stale, evaluated_at
             student.eval()
-            numbers = evaluate(student, teacher, data.validation())
+            numbers = evaluate(student, teacher, data.validation(), teacher_forward=teacher_forward)
             student.train(config.dropout)
             evaluated_at = step
             history.append({"step": step, "loss": sum(losses) / max(1, len(losses)), **numbers})
@@ -154,11 +186,10 @@ def distill(student: nn.Module, teacher: nn.Module, data: DistillData, config: D
                 seen = 0
                 for batch in data.train(epoch):
                     seen += 1
-                    with torch.no_grad():
-                        teacher_out = forward(teacher, batch)
-                        teacher_out.hidden = list(teacher_hidden)
-                    student_out = forward(student, batch)
-                    student_out.hidden = list(student_hidden)
+                    teacher_out = teacher_forward(batch)
+                    with training_autocast(precision, device):
+                        student_out = forward(student, batch)
+                    student_out = as_float32(student_out, student_hidden)
                     loss, _parts = distillation_loss(student_out, teacher_out, batch, config, layer_map)
                     loss_value = float(loss.detach())
                     optimizer.zero_grad(set_to_none=True)
@@ -198,7 +229,14 @@ def distill(student: nn.Module, teacher: nn.Module, data: DistillData, config: D
     teacher.train(teacher_was_training)
     return DistillResult(metric, _metric_value(initial, metric), _metric_value(best, metric), best_step, step,
                          epoch + (1 if stopped != "max_epochs" else 0), time.monotonic() - started, stopped,
-                         history, config)
+                         history, config, precision)
+
+
+def as_float32(outputs: Outputs, hidden: Sequence[torch.Tensor]) -> Outputs:
+    """A student's outputs (and its captured hidden states) in float32, for the losses: under bfloat16 autocast
+    the last linear's output is bfloat16."""
+    return Outputs(outputs.logits.float(), None if outputs.embedding is None else outputs.embedding.float(),
+                   [h.float() for h in hidden])
 
 
 def _metric_value(numbers: dict[str, float], metric: str) -> float:

@@ -34,6 +34,7 @@ from edgeprune.tasks.base import Quality, Task
 
 if TYPE_CHECKING:
     from edgeprune.recovery import DistillResult
+    from edgeprune.recovery.teacher_outputs import TeacherOutputs
 
 
 class RecoveringBuilder(Protocol):
@@ -150,7 +151,8 @@ def recover(builder: RecoveringBuilder, shape: Shape) -> nn.Module:
     student, parent = recovery_start(builder, structure)
     if parent is not None:
         builder.progress.note(f"  recovering from the recovered candidate with {parent.describe()}")
-    result, quality = run_recovery(student, builder.teacher, builder.task, builder.options, builder.progress)
+    result, quality = run_recovery(student, builder.teacher, builder.task, builder.options, builder.progress,
+                                   teacher_outputs(builder))
     return record_recovery(builder, structure, student, parent, result, quality)
 
 
@@ -169,18 +171,30 @@ def recovery_start(builder: RecoveringBuilder, structure: Shape) -> tuple[nn.Mod
     return student, parent
 
 
-def run_recovery(student: nn.Module, teacher: nn.Module, task: Task, options: FitOptions,
-                 progress: Progress) -> tuple["DistillResult", Quality]:
+def teacher_outputs(builder: RecoveringBuilder) -> "TeacherOutputs":
+    """The teacher's outputs on the recovery batches, kept for this fit's later recoveries (each sees the same
+    batches: the same seed shuffles the calibration split the same way) and for the fleet's other devices."""
+    from edgeprune.recovery.teacher_outputs import TeacherOutputs
+
+    kept = builder.shared.teacher_outputs
+    if kept is None or kept.teacher is not builder.teacher:
+        builder.shared.teacher_outputs = kept = TeacherOutputs(builder.teacher)
+    return kept
+
+
+def run_recovery(student: nn.Module, teacher: nn.Module, task: Task, options: FitOptions, progress: Progress,
+                 teacher_outputs: "TeacherOutputs | None" = None) -> tuple["DistillResult", Quality]:
     """Distil `student` in place from the dense teacher for `options.recover_steps` steps; what the distillation
-    did and the student's PyTorch validation quality after. A function of its inputs: a Ray worker runs it
-    for a build ahead (`edgeprune.search.build_job`)."""
+    did and the student's PyTorch validation quality after. A function of its inputs (the teacher's outputs
+    are kept in `teacher_outputs` when given, and read from it when there): a Ray worker runs it for a build
+    ahead (`edgeprune.search.build_job`)."""
     from edgeprune.recovery import DistillConfig, DistillData, distill
 
     steps = options.recover_steps
     config = DistillConfig(max_steps=steps, eval_every=max(1, steps // 3), warmup_steps=min(20, steps // 5),
                            seed=task.seed)
     data = DistillData.from_task(task, options.recovery_batch_size, task.seed)
-    result = distill(student, teacher, data, config, progress)
+    result = distill(student, teacher, data, config, progress, teacher_outputs)
     student.eval()
     return result, task.batched_quality(student, "validation")
 

@@ -46,6 +46,7 @@ class SharedWork:
     core: dict = field(default_factory=dict)
     recovered: dict[Any, RecoveredModel] = field(default_factory=dict)  # structure (a search Shape) → recovered
     trimmed: nn.Module | None = None  # the teacher with the trimmed vocabulary
+    teacher_outputs: Any = None  # TeacherOutputs: the teacher's outputs on the recovery batches
     proxies: dict[str, dict[str, Any]] = field(default_factory=dict)  # structure key → PyTorch Quality (JSON)
     runtime_qualities: dict[tuple[str, str], Quality] = field(default_factory=dict)  # (file sha256, split) →
     reused: dict[str, int] = field(default_factory=dict)
