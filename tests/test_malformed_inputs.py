@@ -237,6 +237,7 @@ def test_every_budget_flag_refuses_what_is_not_a_positive_finite_number(flag, va
     *[("--seed", v) for v in ("1e400", "nan")],
     *[("--max-length", v) for v in ("nan", "1e400", "-5", "100")],
     ("--latency-percentile", "95"), ("--scoring-examples", "0"), ("--recover-steps", "-1"),
+    ("--recover-precision", "half"),
 ])
 def test_other_fit_numbers_are_checked(flag, value, tiny_bert_dir, tmp_path, capfd):
     data = inputs(tmp_path)["data"]
@@ -252,6 +253,7 @@ def test_bench_timeout_must_be_a_positive_finite_number(value, tmp_path, capfd):
 @pytest.mark.parametrize(("verb", "flags"), [
     ("prune", ["--remove", "-3"]), ("prune", ["--quantile", "nan"]), ("prune", ["--threshold", "inf"]),
     ("distill", ["--learning-rate", "nan"]), ("distill", ["--ffn-ratio", "inf"]), ("distill", ["--max-steps", "x"]),
+    ("distill", ["--precision", "fp8"]),
     ("score", ["--examples", "0"]), ("bench", ["--runs", "0"]), ("bench", ["--threads", "-1"]),
 ])
 def test_numbers_of_the_other_verbs_are_checked(verb, flags, tiny_bert_dir, tmp_path, capfd):

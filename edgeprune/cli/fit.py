@@ -26,6 +26,7 @@ from edgeprune.cli.common import (
     task_options,
 )
 from edgeprune.cli.devices import connection_options, endpoint_from
+from edgeprune.cli.recovery import PRECISIONS
 from edgeprune.errors import UserInputError
 from edgeprune.export import RUNTIMES
 from edgeprune.importance import CRITERIA
@@ -109,6 +110,9 @@ EXIT_CODES = ("0 every budget met; 2 bad input; 3 the budgets cannot be met (the
     click.option("--recover-steps", type=int, default=0, show_default=True,
                  help="distil each pruned candidate that is built (any structure) from the dense teacher for N steps "
                  "before it is quantized (0: off)"),
+    click.option("--recover-precision", type=click.Choice(PRECISIONS), default="auto", show_default=True,
+                 help="the students' training arithmetic; auto: bfloat16 autocast (float32 weights) where the CPU "
+                 "computes in bfloat16 natively, else float32"),
     click.option("--json", is_flag=True, help="print result.json (a fleet: fleet.json) to stdout"),
     click.option("--boards", type=click.Path(path_type=Path), metavar="TOML", help="a lab on Ray (pip install "
                  "'edgeprune[cluster]'): the lab's boards ([[board]]: name, profile, connection, node_resource); a "
@@ -174,7 +178,8 @@ def run_fit(args: SimpleNamespace) -> int:
     options = FitOptions(criterion=args.criterion, normalize=args.normalize, compensate=not args.no_compensation,
                          scoring_examples=args.scoring_examples, runtime=runtime,
                          recipes=tuple(args.recipe) if args.recipe else None, trim_vocabulary=args.trim_vocab,
-                         recover_steps=args.recover_steps, ffn_fractions=args.ffn_fractions,
+                         recover_steps=args.recover_steps, recovery_precision=args.recover_precision,
+                         ffn_fractions=args.ffn_fractions,
                          layer_removals=args.layer_removals, require_device=args.require_device,
                          quality_tolerance=args.quality_tolerance)
     out = args.resume if args.resume is not None else args.out

@@ -13,10 +13,12 @@ from edgeprune.cli.common import EXIT_OK, as_args, check_output_folder, epilog, 
 from edgeprune.errors import UserInputError
 
 NEURON_CRITERIA = ("activation", "weight-norm")  # of edgeprune.pruning.ffn.NEURON_CRITERIA; parsing imports no torch
+PRECISIONS = ("auto", "float32", "bfloat16")  # of edgeprune.recovery.precision.PRECISIONS, likewise
 # flags that override the config file, by DistillConfig field
 OVERRIDES = {"max_steps": int, "max_seconds": float, "max_epochs": int, "learning_rate": float,
              "temperature": float, "task_weight": float, "kd_weight": float, "embedding_weight": float,
-             "hidden_weight": float, "warmup_steps": int, "eval_every": int, "patience": int, "seed": int}
+             "hidden_weight": float, "warmup_steps": int, "eval_every": int, "patience": int, "seed": int,
+             "precision": PRECISIONS}
 
 
 def _defaults():  # noqa: ANN202 - a DistillConfig
@@ -28,7 +30,8 @@ def _defaults():  # noqa: ANN202 - a DistillConfig
 def override_options(command: Callable) -> Callable:
     """One flag per DistillConfig field in OVERRIDES, default None: only a given flag overrides the config file."""
     for field, kind in reversed(OVERRIDES.items()):
-        command = click.option(f"--{field.replace('_', '-')}", type=finite if kind is float else kind, default=None,
+        parse = click.Choice(kind) if isinstance(kind, tuple) else finite if kind is float else kind
+        command = click.option(f"--{field.replace('_', '-')}", type=parse, default=None,
                                help=f"(default: {getattr(_defaults(), field)})")(command)
     return command
 

@@ -7,6 +7,7 @@ from edgeprune.export import RUNTIMES
 from edgeprune.importance import CRITERIA
 from edgeprune.importance.defaults import default_scoring
 from edgeprune.quantize import RECIPES
+from edgeprune.recovery.precision import PRECISIONS
 from edgeprune.search.space import parse_fractions, parse_layer_counts
 
 
@@ -40,6 +41,7 @@ class FitOptions:
     bench_runs: int = 30
     recover_steps: int = 0  # > 0: distil each built pruned candidate (any structure) from the teacher this many steps
     recovery_batch_size: int = 16
+    recovery_precision: str = "auto"  # the students' training arithmetic (`edgeprune.recovery.precision`)
 
     def __post_init__(self) -> None:
         if self.runtime is not None:
@@ -60,6 +62,9 @@ class FitOptions:
             raise UserInputError(f"normalize must be none, l2 or zscore, got {self.normalize!r}")
         if self.recover_steps < 0 or self.recovery_batch_size < 1:
             raise UserInputError("recover_steps must be >= 0 (0: no recovery) and recovery_batch_size >= 1")
+        if self.recovery_precision not in PRECISIONS:
+            raise UserInputError(f"recovery_precision must be one of {', '.join(PRECISIONS)}, "
+                                 f"got {self.recovery_precision!r}")
         self.ffn_fractions = parse_fractions(self.ffn_fractions)
         self.layer_removals = parse_layer_counts(self.layer_removals)
         if self.quality_tolerance is not None and not 0 <= self.quality_tolerance < 1:

@@ -192,7 +192,7 @@ def run_recovery(student: nn.Module, teacher: nn.Module, task: Task, options: Fi
 
     steps = options.recover_steps
     config = DistillConfig(max_steps=steps, eval_every=max(1, steps // 3), warmup_steps=min(20, steps // 5),
-                           seed=task.seed)
+                           seed=task.seed, precision=options.recovery_precision)
     data = DistillData.from_task(task, options.recovery_batch_size, task.seed)
     result = distill(student, teacher, data, config, progress, teacher_outputs)
     student.eval()
@@ -210,6 +210,7 @@ def record_recovery(builder: RecoveringBuilder, structure: Shape, student: nn.Mo
     builder.shared.proxies[recovered_key(structure)] = builder.journal.proxies[recovered_key(structure)]
     start = f"the recovered weights of {parent.describe()}" if parent is not None else "the pruned teacher"
     builder.shared.recovered[structure] = RecoveredModel(student, (
-        f"distilled from the dense teacher for {builder.options.recover_steps} steps ({result.seconds:.0f} s), "
+        f"distilled from the dense teacher for {builder.options.recover_steps} steps in {result.precision} "
+        f"({result.seconds:.0f} s), "
         f"starting from {start}; validation {quality.metric} in PyTorch {quality.value:.4f} after"))
     return student
