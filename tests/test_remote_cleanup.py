@@ -6,6 +6,8 @@ import os
 import shutil
 import signal
 import subprocess
+import sys
+import tempfile
 import threading
 from pathlib import Path
 
@@ -158,3 +160,33 @@ def test_the_local_transport_ends_the_whole_command_too(tmp_path, stop):
     finally:
         for pid in running_with(marker):
             os.kill(pid, signal.SIGKILL)
+
+
+def test_a_folder_left_by_a_killed_process_goes_with_the_next_transport_and_a_live_ones_stays(tmp_path,
+                                                                                              monkeypatch):
+    """SIGKILL leaves no chance to clean up; the next local transport of this user removes what was left."""
+    monkeypatch.setenv("TMPDIR", str(tmp_path))
+    monkeypatch.setattr(tempfile, "tempdir", None)  # re-read TMPDIR
+    make_folder = ("import sys, time; from edgeprune.devices import Endpoint; "
+                   "from edgeprune.devices.transports.local import LocalTransport; "
+                   "t = LocalTransport(Endpoint()); print(t.workdir, flush=True); time.sleep(60)")
+    killed = subprocess.Popen([sys.executable, "-c", make_folder], stdout=subprocess.PIPE, text=True,
+                              env={**os.environ, "TMPDIR": str(tmp_path)})
+    living = subprocess.Popen([sys.executable, "-c", make_folder], stdout=subprocess.PIPE, text=True,
+                              env={**os.environ, "TMPDIR": str(tmp_path)})
+    try:
+        orphan, kept = Path(killed.stdout.readline().strip()), Path(living.stdout.readline().strip())
+        killed.kill()
+        killed.wait(timeout=10)
+        assert orphan.is_dir() and orphan.parent == tmp_path  # SIGKILL: nothing could remove it
+        foreign = tmp_path / "edgeprune-bench-by-an-older-version"  # no owner file: not ours to judge
+        foreign.mkdir()
+        with LocalTransport(Endpoint()) as transport:
+            mine = Path(transport.workdir)
+            assert not orphan.exists()
+            assert kept.is_dir() and foreign.is_dir() and mine.is_dir()
+        assert not mine.exists()
+    finally:
+        for process in (killed, living):
+            process.kill()
+            process.wait(timeout=10)

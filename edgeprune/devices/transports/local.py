@@ -1,4 +1,9 @@
-"""This machine: a temporary folder and subprocesses."""
+"""This machine: a temporary folder and subprocesses.
+
+A work folder records the process that made it (`OWNER_FILE`). A process killed with SIGKILL (the OOM killer, a
+CI timeout) cannot remove its folder, so each new one first removes the folders of this user whose owner no longer
+runs: leftovers do not pile up in the temporary directory.
+"""
 
 import os
 import shutil
@@ -12,6 +17,37 @@ from pathlib import Path
 from edgeprune.devices.transports.base import CommandResult, DeviceTimeoutError, Transport, register
 from edgeprune.errors import EdgepruneError
 
+WORKDIR_PREFIX = "edgeprune-bench-"
+OWNER_FILE = ".edgeprune-owner"  # the pid of the process whose transport made the folder
+
+
+def process_runs(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:  # another user's process: it runs
+        return True
+    return True
+
+
+def remove_orphaned_workdirs(folder: Path) -> list[Path]:
+    """Remove this user's work folders in `folder` whose owning process has ended; the ones removed. A folder
+    without an owner file (made by an older version, or still being made) is left alone, as is any folder whose
+    pid runs — a pid reused by another process errs towards keeping."""
+    removed = []
+    for candidate in folder.glob(f"{WORKDIR_PREFIX}*"):
+        try:
+            if candidate.is_symlink() or candidate.stat().st_uid != os.getuid():
+                continue
+            pid = int((candidate / OWNER_FILE).read_text().strip())
+        except (OSError, ValueError):
+            continue
+        if pid != os.getpid() and not process_runs(pid):
+            shutil.rmtree(candidate, ignore_errors=True)
+            removed.append(candidate)
+    return removed
+
 
 @register("local")
 class LocalTransport(Transport):
@@ -24,7 +60,10 @@ class LocalTransport(Transport):
         return "this machine"
 
     def _make_workdir(self) -> str:
-        return tempfile.mkdtemp(prefix="edgeprune-bench-")
+        remove_orphaned_workdirs(Path(tempfile.gettempdir()))
+        path = tempfile.mkdtemp(prefix=WORKDIR_PREFIX)
+        (Path(path) / OWNER_FILE).write_text(f"{os.getpid()}\n")
+        return path
 
     def push(self, local: Path, name: str | None = None) -> str:
         target = self.remote_path(name or Path(local).name)
