@@ -137,11 +137,20 @@ def test_a_candidate_predicted_over_the_size_budget_is_measured_before_it_is_rec
     # at the limit (within the size model's slack): probed, found to fit, then recovered and built as ever
     shape = Shape(3, 0.5, 1, True)
     unrecovered = builder.build(shape, recipe, "size.pte", "measuring", recover=False).file_bytes
-    assert builder.predict_bytes(shape, recipe) > unrecovered * (1 - builder.size_slack(recipe))
+    margin = builder.size_slack(recipe) - 1
+    assert builder.predict_bytes(shape, recipe) > unrecovered * (1 - margin)
     artifact = builder.candidate(recipe, shape, Budget(max_mb=unrecovered / 1e6), reference)
     assert artifact.recovery.startswith("distilled from the dense teacher") and "unrecovered" not in artifact.note
     builds = [n for n in notes.notes if n.startswith("candidate: int8, 3 heads removed, FFN −50%, 1 layer removed")]
     assert len(builds) == 2  # the probe's export, then the recovered model's
+
+    # clearly under the budget (beyond the slack): recovered and built once, no probe
+    shape = Shape(5, 0.5, 1, True)
+    roomy = Budget(max_mb=builder.predict_bytes(shape, recipe) / (1 - 2 * margin) / 1e6)
+    artifact = builder.candidate(recipe, shape, roomy, reference)
+    assert artifact.recovery.startswith("distilled from the dense teacher")
+    builds = [n for n in notes.notes if n.startswith("candidate: int8, 5 heads removed, FFN −50%, 1 layer removed")]
+    assert len(builds) == 1  # the recovered model's export only
 
 
 def test_a_candidate_predicted_too_slow_is_benchmarked_before_it_is_recovered(recovering):

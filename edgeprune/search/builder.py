@@ -319,8 +319,8 @@ class CandidateBuilder:
         recovered file is never smaller) and the kernels' work, not the weights' values."""
         if not needs_recovery(self, shape) or shape.structure in self.shared.recovered:
             return None
-        size_near = (budget.max_mb is not None and self.predict_bytes(shape, recipe)
-                     > budget.max_mb * 1e6 * (1 - self.size_slack(recipe)))
+        margin = self.size_slack(recipe) - 1  # the slack is a factor (1.01: within 1 % over)
+        size_near = budget.max_mb is not None and self.predict_bytes(shape, recipe) > budget.max_mb * 1e6 * (1 - margin)
         predicted_ms = self.predict_latency(shape, recipe) if budget.max_latency_ms is not None else None
         slow = predicted_ms is not None and predicted_ms > budget.max_latency_ms
         if not size_near and not slow:
