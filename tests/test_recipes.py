@@ -8,7 +8,7 @@ from edgeprune.export import export, export_prepared, load_artifact, verify_arti
 from edgeprune.models.classifier import EncoderClassifier
 from edgeprune.pruning import prune_heads
 from edgeprune.quantize import RECIPES, UNVERIFIED_RECIPES, SizeModel, any_recipe, quantize, recipe_for_runtime
-from edgeprune.quantize.int4_embedding import Int4Embedding
+from edgeprune.quantize.int4_embedding import Int4Embedding, group_size, scale_bytes_per_row
 from edgeprune.quantize.int8_embedding import Int8Embedding
 from edgeprune.quantize.size_model import payload_bytes
 from tests.conftest import tiny_bert
@@ -39,12 +39,21 @@ def test_int8_embedding_rows_are_within_half_a_step_of_the_original():
     assert torch.all((quantized(ids) - embedding(ids)).abs() <= quantized.scale / 2 + 1e-7)
 
 
-def test_int4_embedding_packs_two_values_a_byte_within_half_a_step():
-    embedding = torch.nn.Embedding(50, 16)
+@pytest.mark.parametrize(("width", "group"), [(384, 64), (96, 32), (16, 16), (6, 2)])
+def test_int4_embedding_packs_two_values_a_byte_within_half_a_step_of_its_group(width, group):
+    torch.manual_seed(0)
+    embedding = torch.nn.Embedding(50, width)
+    with torch.no_grad():
+        embedding.weight[3, 1] = 40.0  # an outlier sets the step of its own group only
     quantized = Int4Embedding.from_embedding(embedding)
     ids = torch.arange(50)
-    assert quantized.packed.dtype == torch.uint8 and quantized.packed.shape == (50, 8)
-    assert torch.all((quantized(ids) - embedding(ids)).abs() <= quantized.scale / 2 + 1e-6)
+    assert quantized.packed.dtype == torch.uint8 and quantized.packed.shape == (50, width // 2)
+    assert quantized.scale.dtype == torch.float16 and quantized.scale.shape == (50, width // group)
+    assert group_size(width) == group and scale_bytes_per_row(width) == width // group * 2
+    step = quantized.scale.float().repeat_interleave(group, dim=1)
+    assert torch.all((quantized(ids) - embedding(ids)).abs() <= step / 2 + 1e-6)
+    if width > group:  # the outlier's group has a coarse step; the row's other groups keep theirs
+        assert step[3, 1] > 4 * step[3, -1]
     with pytest.raises(ValueError, match="odd"):
         Int4Embedding.from_embedding(torch.nn.Embedding(4, 3))
 

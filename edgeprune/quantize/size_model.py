@@ -3,8 +3,8 @@
 Bytes per element by storage: fp32 = 4, fp16 = 2, int8 = 1, int4 = 1/2, plus quantization parameters:
 per output row (linears) or table row (embeddings) one fp32 scale in ExecuTorch, and a scale plus an
 int64 zero point in LiteRT's per-channel format; 4-bit linears carry one 16-bit scale per group of columns.
-Embedding tables that edgeprune quantizes itself (`Int8Embedding`, `Int4Embedding`) keep one fp32 scale per
-row in either runtime.
+Embedding tables that edgeprune quantizes itself keep one fp32 scale per row (`Int8Embedding`) or one fp16 scale
+per group of columns (`Int4Embedding`) in either runtime.
 What the file adds on top (program, delegate headers, alignment) is `overhead_bytes`, measured from
 real exports and refined as they come in.
 """
@@ -13,6 +13,7 @@ from dataclasses import dataclass
 
 from torch import nn
 
+from edgeprune.quantize.int4_embedding import scale_bytes_per_row
 from edgeprune.quantize.recipes import INT4_GROUP, Recipe
 
 BYTES = {"fp32": 4.0, "fp16": 2.0, "int8": 1.0, "int4": 0.5}
@@ -51,7 +52,9 @@ def payload_bytes(model: "nn.Module | ParameterLayout", recipe: Recipe) -> int:
     layout = model if isinstance(model, ParameterLayout) else ParameterLayout.of(model)
     total = 0.0
     for kind, rows, cols in layout.matrices:
-        row_bytes = 4 if kind == "embedding" and recipe.embeddings_quantized_in_pytorch else None
+        row_bytes = None
+        if kind == "embedding" and recipe.embeddings_quantized_in_pytorch:
+            row_bytes = scale_bytes_per_row(cols) if recipe.embedding == "int4" else 4  # fp32 scale of Int8Embedding
         total += _matrix_bytes(rows, cols, getattr(recipe, kind), kind, recipe.runtime, row_bytes)
     total += layout.other_parameters * (BYTES["fp16"] if recipe.linear == "fp16" else BYTES["fp32"])
     return int(total)
