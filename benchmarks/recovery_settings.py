@@ -22,6 +22,7 @@ from pathlib import Path
 
 import torch
 from recovery_qat import fit_recovery_config
+from torch import nn
 
 from edgeprune import bundled_task, export, load_artifact
 from edgeprune.devices import load_profile
@@ -35,6 +36,20 @@ from edgeprune.search.options import FitOptions
 from edgeprune.search.scoring import journaled_head_scores, normalization
 from edgeprune.search.shared import SharedWork, dense_head_means
 from edgeprune.search.space import Shape
+
+
+def fit_structure(task, teacher, shape: Shape, work: Path) -> nn.Module:  # noqa: ANN001 - a Task, its Teacher
+    """The teacher cut to `shape` as fit cuts it (default options: scores chosen by measurement, compensation)."""
+    options = FitOptions()
+    journal = Journal(work / "journal.jsonl", {"benchmark": "recovery_settings"}, resume=False)
+    shared = SharedWork()
+    means = dense_head_means(teacher.model, task, options, shared)  # as fit scores and prunes
+    raw = journaled_head_scores(task, teacher.model, options, Progress(enabled=False), journal, shared,
+                                teacher.validation, means)
+    builder = CandidateBuilder(teacher.model, raw.normalize_per_layer(normalization(raw, options)), task, options,
+                               work, Progress(enabled=False), "executorch", load_profile("host"), None, journal,
+                               shared=shared, means=means)
+    return builder.pruned(shape)
 
 
 def main() -> int:
@@ -55,15 +70,7 @@ def main() -> int:
     rows = []
     with tempfile.TemporaryDirectory(prefix="edgeprune-recovery-settings-") as scratch:
         work = Path(scratch)
-        journal = Journal(work / "journal.jsonl", {"benchmark": "recovery_settings"}, resume=False)
-        shared = SharedWork()
-        means = dense_head_means(teacher.model, task, options, shared)  # as fit scores and prunes
-        raw = journaled_head_scores(task, teacher.model, options, Progress(enabled=False), journal, shared,
-                                    teacher.validation, means)
-        builder = CandidateBuilder(teacher.model, raw.normalize_per_layer(normalization(raw, options)), task, options,
-                                   work, Progress(enabled=False), "executorch", load_profile("host"), None, journal,
-                                   shared=shared, means=means)
-        pruned = builder.pruned(shape)
+        pruned = fit_structure(task, teacher, shape, work)
         data = DistillData.from_task(task, options.recovery_batch_size, task.seed)
         kept = TeacherOutputs(teacher.model)
         example = task.example_inputs("validation", 1)[0]
