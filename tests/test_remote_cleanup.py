@@ -5,6 +5,7 @@ and adb transports' own tests run the lines over the real clients (test_ssh_tran
 import os
 import shutil
 import signal
+import socket
 import subprocess
 import sys
 import tempfile
@@ -15,7 +16,7 @@ import pytest
 
 from edgeprune.devices import Endpoint
 from edgeprune.devices.transports.base import DeviceTimeoutError, guarded_command, stop_command
-from edgeprune.devices.transports.local import LocalTransport
+from edgeprune.devices.transports.local import OWNER_FILE, LocalTransport
 from tests._device_fixtures import running_with, sleeper, unique_marker, wait_for
 
 
@@ -181,10 +182,14 @@ def test_a_folder_left_by_a_killed_process_goes_with_the_next_transport_and_a_li
         assert orphan.is_dir() and orphan.parent == tmp_path  # SIGKILL: nothing could remove it
         foreign = tmp_path / "edgeprune-bench-by-an-older-version"  # no owner file: not ours to judge
         foreign.mkdir()
+        elsewhere = tmp_path / "edgeprune-bench-of-another-host"  # its pids are not this machine's
+        elsewhere.mkdir()
+        (elsewhere / OWNER_FILE).write_text(f"{killed.pid} {socket.gethostname()}-elsewhere\n")
+        assert (orphan / OWNER_FILE).read_text() == f"{killed.pid} {socket.gethostname()}\n"
         with LocalTransport(Endpoint()) as transport:
             mine = Path(transport.workdir)
             assert not orphan.exists()
-            assert kept.is_dir() and foreign.is_dir() and mine.is_dir()
+            assert kept.is_dir() and foreign.is_dir() and elsewhere.is_dir() and mine.is_dir()
         assert not mine.exists()
     finally:
         for process in (killed, living):

@@ -8,6 +8,7 @@ runs: leftovers do not pile up in the temporary directory.
 import os
 import shutil
 import signal
+import socket
 import subprocess
 import sys
 import tempfile
@@ -18,7 +19,7 @@ from edgeprune.devices.transports.base import CommandResult, DeviceTimeoutError,
 from edgeprune.errors import EdgepruneError
 
 WORKDIR_PREFIX = "edgeprune-bench-"
-OWNER_FILE = ".edgeprune-owner"  # the pid of the process whose transport made the folder
+OWNER_FILE = ".edgeprune-owner"  # "PID HOSTNAME" of the process whose transport made the folder
 
 
 def process_runs(pid: int) -> bool:
@@ -32,16 +33,20 @@ def process_runs(pid: int) -> bool:
 
 
 def remove_orphaned_workdirs(folder: Path) -> list[Path]:
-    """Remove this user's work folders in `folder` whose owning process has ended; the ones removed. A folder
-    without an owner file (made by an older version, or still being made) is left alone, as is any folder whose
-    pid runs — a pid reused by another process errs towards keeping."""
+    """Remove this user's work folders in `folder` whose owning process on this host has ended; the ones removed.
+    A folder without an owner file (made by an older version, or still being made) is left alone, as is one
+    made under another host name (a container sharing the folder sees other pids) and any whose pid runs — a pid
+    reused by another process errs towards keeping."""
     removed = []
     for candidate in folder.glob(f"{WORKDIR_PREFIX}*"):
         try:
             if candidate.is_symlink() or candidate.stat().st_uid != os.getuid():
                 continue
-            pid = int((candidate / OWNER_FILE).read_text().strip())
+            pid_text, _, host = (candidate / OWNER_FILE).read_text().strip().partition(" ")
+            pid = int(pid_text)
         except (OSError, ValueError):
+            continue
+        if host != socket.gethostname():  # another machine's (or container's) pids mean nothing here
             continue
         if pid != os.getpid() and not process_runs(pid):
             shutil.rmtree(candidate, ignore_errors=True)
@@ -62,7 +67,7 @@ class LocalTransport(Transport):
     def _make_workdir(self) -> str:
         remove_orphaned_workdirs(Path(tempfile.gettempdir()))
         path = tempfile.mkdtemp(prefix=WORKDIR_PREFIX)
-        (Path(path) / OWNER_FILE).write_text(f"{os.getpid()}\n")
+        (Path(path) / OWNER_FILE).write_text(f"{os.getpid()} {socket.gethostname()}\n")
         return path
 
     def push(self, local: Path, name: str | None = None) -> str:
