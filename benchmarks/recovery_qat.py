@@ -37,6 +37,8 @@ from edgeprune.pruning.structure import StructureCompensation, StructurePlan, ap
 from edgeprune.quantize import RECIPES
 from edgeprune.quantize.recipes import INT4_GROUP
 from edgeprune.recovery import DistillConfig, DistillData, distill
+from edgeprune.search.options import FitOptions
+from edgeprune.search.recovering import recovery_config
 from edgeprune.search.scoring import measured_head_scores, scoring_decision
 
 
@@ -77,9 +79,16 @@ def pruned_structure(task, teacher, heads: int, ffn: float, examples: int) -> nn
 
 
 def fit_recovery_config(task, steps: int, **changes) -> DistillConfig:  # noqa: ANN001, ANN003
-    """Fit's recovery settings (edgeprune.search.recovering.run_recovery) for `steps` steps."""
-    return DistillConfig(max_steps=steps, eval_every=max(1, steps // 3), warmup_steps=min(20, steps // 5),
-                         seed=task.seed, **changes)
+    """Fit's recovery settings (`recovering.recovery_config`) for `steps` steps, with `changes`."""
+    return recovery_config(task, FitOptions(recover_steps=steps)).replace(**changes)
+
+
+def structure_arguments(parser: argparse.ArgumentParser) -> None:
+    """The flags that name the structure and its recovery (this script's and recovery_speed.py's)."""
+    parser.add_argument("--heads", type=int, default=42, help="heads removed of 72")
+    parser.add_argument("--ffn", type=float, default=0.5, help="share of FFN neurons removed")
+    parser.add_argument("--steps", type=int, default=150, help="distillation steps (fit's --recover-steps)")
+    parser.add_argument("--examples", type=int, default=256, help="calibration documents for scores and means")
 
 
 def through_runtime(model: nn.Module, task, folder: Path, name: str) -> dict:
@@ -95,10 +104,7 @@ def through_runtime(model: nn.Module, task, folder: Path, name: str) -> dict:
 
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--heads", type=int, default=42, help="heads removed of 72")
-    parser.add_argument("--ffn", type=float, default=0.5, help="share of FFN neurons removed")
-    parser.add_argument("--steps", type=int, default=150, help="distillation steps (fit's --recover-steps)")
-    parser.add_argument("--examples", type=int, default=256, help="calibration documents for scores and means")
+    structure_arguments(parser)
     parser.add_argument("--out", type=Path, default=Path("benchmarks/results"))
     args = parser.parse_args()
     task = bundled_task("minilm-bbc", progress=Progress(enabled=False))

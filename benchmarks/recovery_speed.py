@@ -24,7 +24,7 @@ import time
 from pathlib import Path
 
 import torch
-from recovery_qat import fit_recovery_config, pruned_structure, through_runtime
+from recovery_qat import fit_recovery_config, pruned_structure, structure_arguments, through_runtime
 
 from edgeprune import bundled_task
 from edgeprune.progress import Progress
@@ -35,10 +35,7 @@ from edgeprune.recovery.teacher_outputs import TeacherOutputs
 
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--heads", type=int, default=42, help="heads removed of 72")
-    parser.add_argument("--ffn", type=float, default=0.5, help="share of FFN neurons removed")
-    parser.add_argument("--steps", type=int, default=150, help="distillation steps (fit's --recover-steps)")
-    parser.add_argument("--examples", type=int, default=256, help="calibration documents for scores and means")
+    structure_arguments(parser)
     parser.add_argument("--no-runtime", action="store_true", help="skip the int4 exports")
     parser.add_argument("--out", type=Path, default=Path("benchmarks/results"))
     args = parser.parse_args()

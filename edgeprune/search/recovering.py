@@ -33,7 +33,7 @@ from edgeprune.serialization import from_jsonable, to_jsonable
 from edgeprune.tasks.base import Quality, Task
 
 if TYPE_CHECKING:
-    from edgeprune.recovery import DistillResult
+    from edgeprune.recovery import DistillConfig, DistillResult
     from edgeprune.recovery.teacher_outputs import TeacherOutputs
 
 
@@ -182,19 +182,26 @@ def teacher_outputs(builder: RecoveringBuilder) -> "TeacherOutputs":
     return kept
 
 
+def recovery_config(task: Task, options: FitOptions) -> "DistillConfig":
+    """The distillation settings of fit's recoveries: `options.recover_steps` steps, three validation passes, a
+    short warm-up, the task's seed, `options.recovery_precision`."""
+    from edgeprune.recovery import DistillConfig
+
+    steps = options.recover_steps
+    return DistillConfig(max_steps=steps, eval_every=max(1, steps // 3), warmup_steps=min(20, steps // 5),
+                         seed=task.seed, precision=options.recovery_precision)
+
+
 def run_recovery(student: nn.Module, teacher: nn.Module, task: Task, options: FitOptions, progress: Progress,
                  teacher_outputs: "TeacherOutputs | None" = None) -> tuple["DistillResult", Quality]:
     """Distil `student` in place from the dense teacher for `options.recover_steps` steps; what the distillation
     did and the student's PyTorch validation quality after. A function of its inputs (the teacher's outputs
     are kept in `teacher_outputs` when given, and read from it when there): a Ray worker runs it for a build
     ahead (`edgeprune.search.build_job`)."""
-    from edgeprune.recovery import DistillConfig, DistillData, distill
+    from edgeprune.recovery import DistillData, distill
 
-    steps = options.recover_steps
-    config = DistillConfig(max_steps=steps, eval_every=max(1, steps // 3), warmup_steps=min(20, steps // 5),
-                           seed=task.seed, precision=options.recovery_precision)
     data = DistillData.from_task(task, options.recovery_batch_size, task.seed)
-    result = distill(student, teacher, data, config, progress, teacher_outputs)
+    result = distill(student, teacher, data, recovery_config(task, options), progress, teacher_outputs)
     student.eval()
     return result, task.batched_quality(student, "validation")
 
