@@ -3,13 +3,15 @@ a point of the dense teacher on the test split, through the runtimes, each fit's
 recovery.
 
     flock /tmp/edgeprune-heavy.lock .venv/bin/python benchmarks/frontier.py [--max-mb 5] [--speedup 4]
-        [--recover-steps 150] [--heads 0.5,0.75] [--rounds 3] [--cold] [--out benchmarks/results]
+        [--recover-steps 150] [--heads 0.5,0.75] [--rounds 3] [--cold] [--time-limit MINUTES]
+        [--out benchmarks/results]
     .venv/bin/python benchmarks/frontier.py --quick      # a tiny run that proves the script works
 
 1. `fit --max-mb MAX_MB` over ExecuTorch with `--recover-steps` (`--cold`: from an empty cache, as the targets
    ask); its dense fp32 baseline `.pte` is benchmarked again in a fresh process (the host profile's threads) and
    a `1/speedup` share of that p50 is the latency budget.
-2. `fit --max-latency-ms (p50 / speedup)` over ExecuTorch and LiteRT, likewise.
+2. `fit --max-latency-ms (p50 / speedup)` over ExecuTorch and LiteRT, likewise. `--time-limit`: both fits with fit's
+   `--time-limit` (the table says so, and whether the search stopped at it).
 3. The dense `.pte` and both fitted artifacts benchmarked again, side by side, `rounds` times interleaved (fresh
    processes; the fitted ones with their trimmed-vocabulary ids): the median p50 of each and the ratios.
 4. `benchmarks/recovery.py --ratios HEADS` in a subprocess: that share of heads removed one-shot and recovered.
@@ -46,12 +48,14 @@ def fitted_inputs(folder: Path, example: tuple[torch.Tensor, ...]) -> tuple[torc
     return (VocabularyMap.load(map_file).apply(example[0]), *example[1:])
 
 
-def run_fit(budget: Budget, runtime: str, steps: int, out: Path, cache: Path | None) -> dict:
+def run_fit(budget: Budget, runtime: str, steps: int, out: Path, cache: Path | None,
+            time_limit: float | None = None) -> dict:
     if cache is not None:
         os.environ["EDGEPRUNE_CACHE"] = str(cache)
     started = time.perf_counter()
     result = fit(bundled_task("minilm-bbc", progress=Progress(interval_s=60)), device="host", budget=budget,
-                 out=out, options=FitOptions(runtime=runtime, recover_steps=steps), progress=Progress(interval_s=60))
+                 out=out, options=FitOptions(runtime=runtime, recover_steps=steps, time_limit_minutes=time_limit),
+                 progress=Progress(interval_s=60))
     fitted = result.fitted
     return {"wall_s": round(time.perf_counter() - started, 1), "fits": result.fits, "message": result.message,
             "artifact": str(Path(result.out_dir) / fitted.path), "recipe": fitted.recipe.name,
@@ -59,7 +63,8 @@ def run_fit(budget: Budget, runtime: str, steps: int, out: Path, cache: Path | N
             "structure": fitted.describe(),
             "file_bytes": fitted.file_bytes, "test_accuracy": fitted.test_accuracy,
             "dense_test_accuracy": result.dense.test_accuracy, "in_run_p50_ms": fitted.benchmark.p50_ms,
-            "in_run_dense_p50_ms": result.dense.benchmark.p50_ms, "recovery": fitted.recovery}
+            "in_run_dense_p50_ms": result.dense.benchmark.p50_ms, "recovery": fitted.recovery,
+            "candidates_built": len(result.candidates), "stopped_early": result.search_stopped_early}
 
 
 def main() -> int:
@@ -70,6 +75,7 @@ def main() -> int:
     parser.add_argument("--heads", default="0.5,0.75", help="shares of heads removed with recovery ('' skips)")
     parser.add_argument("--rounds", type=int, default=3, help="interleaved benchmark rounds of the three artifacts")
     parser.add_argument("--cold", action="store_true", help="each fit from an empty cache (EDGEPRUNE_CACHE)")
+    parser.add_argument("--time-limit", type=float, metavar="MINUTES", help="fit's --time-limit for both fits")
     parser.add_argument("--quick", action="store_true", help="tiny settings: proves the script runs")
     parser.add_argument("--out", type=Path, default=Path("benchmarks/results"))
     args = parser.parse_args()
@@ -83,14 +89,14 @@ def main() -> int:
     with tempfile.TemporaryDirectory(prefix="edgeprune-frontier-") as scratch:
         work = Path(scratch)
         fits = {"size": run_fit(Budget(max_mb=args.max_mb), "executorch", args.recover_steps, work / "size",
-                                work / "cache-size" if args.cold else None)}
+                                work / "cache-size" if args.cold else None, args.time_limit)}
         dense = Path(fits["size"]["dense_artifact"])  # the fit's own dense baseline: no export of our own
         dense_p50 = benchmark_local(dense, example, profile.threads, runs=30).p50_ms
         budget_ms = round(dense_p50 / args.speedup, 2)
         print(f"dense fp32 .pte p50 {dense_p50:.2f} ms at {profile.threads} threads: latency budget {budget_ms} ms",
               file=sys.stderr)
         fits["latency"] = run_fit(Budget(max_latency_ms=budget_ms), "executorch,litert", args.recover_steps,
-                                  work / "latency", work / "cache-latency" if args.cold else None)
+                                  work / "latency", work / "cache-latency" if args.cold else None, args.time_limit)
         artifacts = {"dense": (dense, example)}
         for name, record in fits.items():
             path = Path(record["artifact"])
@@ -130,9 +136,11 @@ def main() -> int:
          f"{ratio:.2f}x ({medians['latency']:.2f} vs {medians['dense']:.2f} ms), test {fast['test_accuracy']:.2%} "
          f"({(fast['test_accuracy'] - teacher) * 100:+.2f} pt)",
          ratio >= args.speedup and teacher - fast["test_accuracy"] <= 0.01)
+    limited = f" --time-limit {args.time_limit:g}" if args.time_limit is not None else ""
     for name, record in fits.items():
-        line(f"fit --{'max-mb' if name == 'size' else 'max-latency-ms'} within 15 min",
-             f"{record['wall_s'] / 60:.1f} min ({record['recipe']}, {record['structure']})"[:58],
+        stopped = ", at its limit" if record["stopped_early"] else ""
+        line(f"fit --{'max-mb' if name == 'size' else 'max-latency-ms'}{limited} within 15 min",
+             f"{record['wall_s'] / 60:.1f} min{stopped} ({record['recipe']}, {record['structure']})"[:58],
              record["wall_s"] <= 900 and record["fits"])
     for row in heads_rows:
         if row["method"] == "one-shot + distill":

@@ -4,6 +4,7 @@ against a loopback stand-in for a phone (tests/adb_peer.py)."""
 import os
 import shutil
 import signal
+import socket
 import subprocess
 import sys
 from pathlib import Path
@@ -22,6 +23,7 @@ from edgeprune.devices.transports.adb import (
     with_exit_marker,
 )
 from edgeprune.devices.transports.base import DeviceTimeoutError
+from edgeprune.devices.transports.workdirs import OWNER_FILE
 from edgeprune.errors import DeviceUnreachableError
 from tests._device_fixtures import running_with, sleeper, unique_marker, wait_for
 from tests.adb_peer import AdbPeer
@@ -141,6 +143,23 @@ def test_push_run_fetch_through_the_real_adb_client(phone, tmp_path):
         assert transport.fetch(name, tmp_path / "back.bin").read_bytes() == payload
         workdir = transport.workdir
     assert not Path(workdir).exists()
+
+
+def test_a_folder_on_the_phone_left_by_a_killed_process_goes_with_the_next_transport(phone):
+    """A fit killed with SIGKILL cannot remove its folder on the phone; the next transport from this machine does
+    (the owner records and the line are tested in tests/test_remote_cleanup.py)."""
+    peer, endpoint = phone
+    ended = subprocess.Popen(["true"])
+    ended.wait(timeout=10)
+    orphan, older = Path(adb_module.DEVICE_ROOT) / "edgeprune.killed", Path(adb_module.DEVICE_ROOT) / "edgeprune.old"
+    orphan.mkdir()
+    older.mkdir()  # no owner file: left alone
+    (orphan / OWNER_FILE).write_text(f"{ended.pid} {socket.gethostname()}\n")
+    with AdbTransport(endpoint) as transport:
+        mine = Path(transport.workdir)
+        assert not orphan.exists() and older.is_dir()
+        assert (mine / OWNER_FILE).read_text() == f"{os.getpid()} {socket.gethostname()}\n"
+    assert not mine.exists()
 
 
 @pytest.fixture(scope="module")

@@ -24,6 +24,13 @@ def test_bad_budget_is_one_line_and_exit_2(capsys, value, tmp_path):
     assert not (tmp_path / "o").exists()
 
 
+@pytest.mark.parametrize("value", ["-1", "0", "soon", "nan"])
+def test_a_bad_time_limit_is_one_line_and_exit_2(capsys, value, tmp_path):
+    code, err = _usage_error(capsys, "fit", "--max-mb", "30", f"--time-limit={value}", "--out", str(tmp_path / "o"))
+    assert code == 2 and len(err.strip().splitlines()) == 1 and "minutes" in err and "Traceback" not in err
+    assert not (tmp_path / "o").exists()
+
+
 def test_unknown_device_lists_known_devices(capsys, tmp_path):
     code, out, err = _run(capsys, "fit", "--device", "toaster", "--max-mb", "30", "--out", str(tmp_path / "o"))
     assert code == 2 and "unknown device 'toaster'" in err and "host" in err

@@ -174,6 +174,31 @@ def test_a_candidate_predicted_too_slow_is_benchmarked_before_it_is_recovered(re
     assert artifact.recovery.startswith("distilled from the dense teacher") and artifact.note == ""
 
 
+def test_a_candidate_predicted_near_the_latency_budget_on_either_side_is_probed(recovering, monkeypatch):
+    """The latency model's error is wider than the gap between a prediction just under the budget and a
+    measurement over it: within the model's slack below the budget, the unrecovered structure is measured first;
+    beyond it, recovery goes ahead unprobed."""
+    builder, _ = recovering()
+    recipe, shape = RECIPES.get("int8"), Shape(2)
+    builder.latency_model.observe("int8", builder.flops(Shape()), 10.0)
+    predicted = builder.predict_latency(shape, recipe)
+    probes = []
+
+    def build(shape, recipe, name, label, recover=True):  # noqa: ANN001, ANN202 - stands in for the export
+        probes.append(recover)
+        raise KeyboardInterrupt  # far enough: the probe's export was started
+
+    monkeypatch.setattr(builder, "build", build)
+    slack = builder.latency_slack(recipe)
+    assert slack > 1.05
+    with pytest.raises(KeyboardInterrupt):  # predicted 5 % under the budget: probed
+        builder.budget_probe(shape, recipe, Budget(max_latency_ms=predicted * 1.05), "probe.pte")
+    assert probes == [False]
+    # predicted beyond the slack under the budget: recovered without a probe
+    assert builder.budget_probe(shape, recipe, Budget(max_latency_ms=predicted * slack * 1.01), "probe.pte") is None
+    assert probes == [False]
+
+
 def test_the_search_bound_is_measured_after_recovery_and_borrowed_before(recovering):
     builder, _ = recovering(ffn_fractions=(0.0, 0.5), layer_removals=(0, 1))
     unrecovered = builder.proxy(Shape(4, 0.5, 1))

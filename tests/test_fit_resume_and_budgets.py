@@ -66,6 +66,27 @@ def test_an_interrupted_fit_resumes_from_its_last_finished_candidate(small_bert_
         fit(task(), device="host", budget=budget, out=out, options=options, progress=Recorder(), resume=True)
 
 
+def test_a_fit_past_its_time_limit_ships_the_first_candidate_that_fits_and_says_what_was_left(
+        small_bert_dir, small_bert_int8_bytes, tmp_path, capsys):
+    out = tmp_path / "limited"
+    # a limit passed before the search starts: the search builds until one candidate meets the budget, then stops
+    code = main(["fit", "--model", str(small_bert_dir), "--max-mb", str(small_bert_int8_bytes(2) / 1e6),
+                 "--recipe", "int8", "--time-limit", "0.001", "--out", str(out), *FAST])
+    printed = capsys.readouterr().out
+    assert code == 0, printed
+    result = json.loads((out / "result.json").read_text())
+    built = [c for c in result["candidates"] if c["label"] != "dense baseline"]
+    assert result["status"] == "fit"
+    assert built[-1]["path"] == result["fitted"]["path"]  # the first candidate that fits ended the search
+    assert all(c["file_bytes"] > small_bert_int8_bytes(2) for c in built[:-1])
+    stopped = result["search_stopped_early"]
+    assert stopped.startswith("the time limit (0.001 min) was reached, with ")
+    unbuilt = [t for t in result["trials"] if t["note"].startswith("not built: the time limit")]
+    assert f"with {len(unbuilt)} candidate" in stopped and all(t["file_bytes"] is None for t in unbuilt)
+    assert f"(search stopped early: {stopped})" in printed
+    assert f"(search stopped early: {stopped})" in (out / "report.md").read_text()
+
+
 def test_a_latency_budget_nothing_meets_exits_3_with_the_measured_fix(small_bert_dir, tmp_path, capsys):
     out = tmp_path / "slow"
     code = main(["fit", "--model", str(small_bert_dir), "--max-mb", "50", "--max-latency-ms", "0.001",

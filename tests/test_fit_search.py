@@ -197,8 +197,10 @@ def run(budget: Budget, rejected: tuple[str, ...] = (), tolerance: float = 0.0, 
         world: type[WorldBuilder] | None = None, ahead=None) -> tuple[WorldBuilder, list[BuiltArtifact]]:
     builder = (world or WorldBuilder)(FitOptions(recipes=recipes, quality_tolerance=tolerance), rejected=rejected)
     quiet = Progress(enabled=False, stream=io.StringIO())
-    candidates, builder.trials = best_first_search(builder, budget, recipes, REFERENCE, quiet, ahead)
-    return builder, candidates
+    searched = best_first_search(builder, budget, recipes, REFERENCE, quiet, ahead)
+    assert searched.stopped_early is None
+    builder.trials = searched.trials
+    return builder, searched.candidates
 
 
 def recovered_quality(shape: Shape) -> float:
@@ -327,6 +329,36 @@ def test_a_latency_budget_only_litert_meets_is_met_by_litert():
     fitted, binding, _ = choose(candidates, budget, REFERENCE)
     assert not binding and fitted.recipe.runtime == "litert"
     assert fitted.recipe.name == grid_choice(budget, 0.0, TWO_RUNTIMES).recipe.name
+
+
+def time_limited(budget: Budget, minutes_per_build: float, limit_minutes: float):
+    """A search whose every build takes `minutes_per_build` on its clock, stopped at `limit_minutes`."""
+    builder = WorldBuilder(FitOptions(recipes=RECIPES, quality_tolerance=0.0))  # as `run`
+    progress = Progress(enabled=False, stream=io.StringIO())
+    clock = lambda: len(builder.built) * minutes_per_build * 60  # noqa: E731 - the world's own time
+    return builder, best_first_search(builder, budget, RECIPES, REFERENCE, progress, time_limit_s=limit_minutes * 60,
+                                      clock=clock)
+
+
+def test_a_time_limit_ships_the_best_so_far_and_lists_what_could_still_have_won():
+    budget = Budget(max_mb=12.0, max_latency_ms=7.0)
+    unlimited, everything = run(budget)
+    assert len(unlimited.built) == 8  # unlimited, the search builds eight candidates, in this order
+    first_fit = next(index for index, artifact in enumerate(everything) if artifact.meets_budget) + 1
+    assert first_fit >= 3
+    # the limit passes during the second build; nothing meets the budget by then, so the search goes on to the first
+    # candidate that does, and stops before the next
+    builder, searched = time_limited(budget, minutes_per_build=2.0, limit_minutes=3.0)
+    assert builder.built == unlimited.built[:first_fit]
+    assert searched.stopped_early.startswith("the time limit (3 min) was reached, with ")
+    unbuilt = [t for t in searched.trials if t.note.startswith("not built: the time limit (3 min) was reached")]
+    assert unbuilt and all(t.file_bytes is None and "could still beat the best" in t.note for t in unbuilt)
+    assert str(len(unbuilt)) in searched.stopped_early
+    fitted, binding, _ = choose(searched.candidates, budget, REFERENCE)
+    assert not binding and fitted is searched.candidates[-1]  # the best so far ships
+    # a limit the search never reaches changes nothing
+    builder, searched = time_limited(budget, minutes_per_build=2.0, limit_minutes=600)
+    assert builder.built == unlimited.built and searched.stopped_early is None
 
 
 def test_nothing_fits_builds_only_the_smallest_candidate():

@@ -2,6 +2,7 @@
 edgeprune/devices/transports/base.py, in real shells here, and the local transport's process group. The ssh
 and adb transports' own tests run the lines over the real clients (test_ssh_transport.py, test_adb_transport.py)."""
 
+import json
 import os
 import shutil
 import signal
@@ -16,7 +17,8 @@ import pytest
 
 from edgeprune.devices import Endpoint
 from edgeprune.devices.transports.base import DeviceTimeoutError, guarded_command, stop_command
-from edgeprune.devices.transports.local import OWNER_FILE, LocalTransport
+from edgeprune.devices.transports.local import LocalTransport
+from edgeprune.devices.transports.workdirs import OWNER_FILE, make_remote_workdir_line, parse_made
 from tests._device_fixtures import running_with, sleeper, unique_marker, wait_for
 
 
@@ -195,3 +197,79 @@ def test_a_folder_left_by_a_killed_process_goes_with_the_next_transport_and_a_li
         for process in (killed, living):
             process.kill()
             process.wait(timeout=10)
+
+
+def dead_pid() -> int:
+    """The pid of a process that has ended (and been reaped)."""
+    process = subprocess.Popen(["true"])
+    process.wait(timeout=10)
+    return process.pid
+
+
+@pytest.mark.parametrize("device_sh", ["dash", "bash", "mksh", "busybox"])
+def test_the_remote_work_folder_line_lists_earlier_owners_and_makes_an_owned_folder(tmp_path, device_sh):
+    """The line ssh and adb transports run to make a work folder, in the shells of boards and phones."""
+    if shutil.which(device_sh) is None:
+        pytest.skip(f"{device_sh} is not installed (apt-get install {device_sh})")
+    sleeping = subprocess.Popen(["sleep", "60"])
+    try:
+        folders = {}
+        for name, record in (("orphan", f"{dead_pid()} {socket.gethostname()}"),
+                             ("running", f"{sleeping.pid} {socket.gethostname()}"),
+                             ("elsewhere", f"{dead_pid()} {socket.gethostname()}-elsewhere"),
+                             ("older", None)):
+            folders[name] = tmp_path / f"edgeprune.{name}"
+            folders[name].mkdir()
+            if record is not None:
+                (folders[name] / OWNER_FILE).write_text(record + "\n")
+        argv = [shutil.which(device_sh), *(["sh"] if device_sh == "busybox" else []), "-c"]
+        done = subprocess.run([*argv, make_remote_workdir_line(str(tmp_path))], capture_output=True, text=True,
+                              timeout=30)
+        assert done.returncode == 0, done.stderr
+        made, orphans = parse_made(done.stdout)
+        assert orphans == [str(folders["orphan"])]  # only the ended process's of this host
+        assert made is not None and Path(made).parent == tmp_path and Path(made).name.startswith("edgeprune.")
+        assert (Path(made) / OWNER_FILE).read_text() == f"{os.getpid()} {socket.gethostname()}\n"
+        assert sum(line.startswith("owner ") for line in done.stdout.splitlines()) == 3  # "older" has no owner file
+    finally:
+        sleeping.kill()
+        sleeping.wait(timeout=10)
+
+
+def test_a_folder_on_the_device_left_by_a_killed_process_goes_with_the_next_ssh_transport(tmp_path):
+    """A fit killed with SIGKILL leaves its folder on the board; the next transport from this machine removes
+    it, and leaves a running process's folder, one made from another host and one without an owner file."""
+    from edgeprune.devices.transports.ssh import SshTransport
+    from edgeprune.serialization import to_jsonable
+    from tests.sshd import start_sshd
+
+    server = start_sshd(tmp_path / "sshd")
+    endpoint = json.dumps(to_jsonable(server.endpoint()))
+    make_folder = ("import json, sys, time; from edgeprune.devices import Endpoint; "
+                   "from edgeprune.devices.transports.ssh import SshTransport; "
+                   "from edgeprune.serialization import from_jsonable; "
+                   "t = SshTransport(from_jsonable(Endpoint, json.loads(sys.argv[1]))); print(t.workdir, flush=True); "
+                   "time.sleep(60)")
+    killed = subprocess.Popen([sys.executable, "-c", make_folder, endpoint], stdout=subprocess.PIPE, text=True)
+    living = subprocess.Popen([sys.executable, "-c", make_folder, endpoint], stdout=subprocess.PIPE, text=True)
+    others = [Path(tempfile.mkdtemp(prefix="edgeprune.", dir="/tmp")) for _ in range(2)]  # sshd's sessions: /tmp
+    kept = None
+    try:
+        orphan, kept = Path(killed.stdout.readline().strip()), Path(living.stdout.readline().strip())
+        killed.kill()
+        killed.wait(timeout=10)
+        assert orphan.is_dir() and (orphan / OWNER_FILE).read_text() == f"{killed.pid} {socket.gethostname()}\n"
+        (others[0] / OWNER_FILE).write_text(f"{killed.pid} {socket.gethostname()}-elsewhere\n")
+        with SshTransport(server.endpoint()) as transport:
+            mine = Path(transport.workdir)
+            assert not orphan.exists()
+            assert kept.is_dir() and all(other.is_dir() for other in others) and mine.is_dir()
+        assert not mine.exists()
+    finally:
+        for process in (killed, living):
+            process.kill()
+            process.wait(timeout=10)
+        for folder in [*others, kept]:
+            if folder is not None:
+                shutil.rmtree(folder, ignore_errors=True)
+        server.stop()

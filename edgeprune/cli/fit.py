@@ -113,6 +113,10 @@ EXIT_CODES = ("0 every budget met; 2 bad input; 3 the budgets cannot be met (the
     click.option("--recover-precision", type=click.Choice(PRECISIONS), default="auto", show_default=True,
                  help="the students' training arithmetic; auto: bfloat16 autocast (float32 weights) where the CPU "
                  "computes in bfloat16 natively, else float32"),
+    click.option("--time-limit", type=positive("minutes", "15"), metavar="MINUTES",
+                 help="start no candidate after the fit has run this long, once one meets every budget: the best so "
+                 "far ships and the report lists what could still have won (the candidate in progress and the "
+                 "winner's test evaluation finish first)"),
     click.option("--json", is_flag=True, help="print result.json (a fleet: fleet.json) to stdout"),
     click.option("--boards", type=click.Path(path_type=Path), metavar="TOML", help="a lab on Ray (pip install "
                  "'edgeprune[cluster]'): the lab's boards ([[board]]: name, profile, connection, node_resource); a "
@@ -181,7 +185,7 @@ def run_fit(args: SimpleNamespace) -> int:
                          recover_steps=args.recover_steps, recovery_precision=args.recover_precision,
                          ffn_fractions=args.ffn_fractions,
                          layer_removals=args.layer_removals, require_device=args.require_device,
-                         quality_tolerance=args.quality_tolerance)
+                         quality_tolerance=args.quality_tolerance, time_limit_minutes=args.time_limit)
     out = args.resume if args.resume is not None else args.out
     on_ray = args.ray is not None or args.boards is not None
     ahead = args.builds_ahead if on_ray else 0  # None on Ray: two when the cluster has other machines

@@ -13,6 +13,7 @@ Each finished candidate is journaled in the hidden work folder, so `resume=True`
 interrupted fit without redoing anything finished; the output folder appears only when complete.
 """
 
+import dataclasses
 import os
 import shutil
 import time
@@ -172,9 +173,10 @@ def fit_task(
             mark = time.perf_counter()
             dense = _dense_baseline(builder, runtime, journal)
             ahead = _builds_ahead(builder, builds_ahead, shared_folder, progress)
+            limit_s = options.time_limit_minutes * 60 if options.time_limit_minutes is not None else None
             try:
-                candidates, trials = best_first_search(builder, budget, recipes, teacher.validation, progress,
-                                                       ahead)
+                searched = best_first_search(builder, budget, recipes, teacher.validation, progress, ahead,
+                                             limit_s, journal.elapsed_s)
             finally:
                 if ahead is not None:
                     progress.note(ahead.close())
@@ -182,6 +184,7 @@ def fit_task(
 
         mark = time.perf_counter()
         tolerance = quality_tolerance(options, teacher.validation)
+        candidates, trials = searched.candidates, searched.trials
         fitted, binding, suggestions = choose(candidates, budget, teacher.validation, tolerance)
         keep_only(fitted, candidates, work)
         for artifact in (dense, fitted):
@@ -193,7 +196,8 @@ def fit_task(
         shipped = ship_files(task, work, fitted, vocabulary if fitted.vocabulary_size is not None else None,
                              baseline=dense)  # the dense baseline moves to baseline/; dense.path says so
         fits = not binding
-        message = summary(fits, fitted, budget, binding, suggestions, estimated=estimator is not None)
+        message = summary(fits, fitted, budget, binding, suggestions, estimated=estimator is not None,
+                          stopped_early=searched.stopped_early)
         result = FitResult(
             status=fit_status(fits, estimated=estimator is not None), message=message, device=profile.name,
             budget=budget, task=task.describe(),
@@ -206,6 +210,7 @@ def fit_task(
             binding_budgets=binding, suggestions=suggestions,
             per_class_regressions=per_class_regressions(dense.quality.details, fitted.quality.details),
             shipped_files=shipped, device_profile=_profile_facts(profile), quality_tolerance=round(tolerance, 6),
+            search_stopped_early=searched.stopped_early,
         )
         result.save(work / "result.json")
         write_text_atomic(work / "report.md", render_markdown(result))
@@ -288,8 +293,12 @@ def _profile_facts(profile: DeviceProfile) -> dict[str, Any]:
 
 def _settings(task: Task, options: FitOptions, runtimes: tuple[str, ...], recipes: tuple[str, ...],
               profile: DeviceProfile, budget: Budget) -> dict[str, Any]:
-    """What identifies a fit for resuming: a resume with any of these changed is refused, naming the change."""
-    return {"model, data and task options": task.cache_key(), "options": to_jsonable(options),
+    """What identifies a fit for resuming: a resume with any of these changed is refused, naming the change (the
+    time limit is not one: it says how long to search, not what)."""
+    import dataclasses
+
+    return {"model, data and task options": task.cache_key(),
+            "options": to_jsonable(dataclasses.replace(options, time_limit_minutes=None)),
             "runtime": runtimes[0] if len(runtimes) == 1 else list(runtimes),
             "recipes": list(recipes), "device": profile.name, "budget": to_jsonable(budget)}
 
@@ -297,10 +306,9 @@ def _settings(task: Task, options: FitOptions, runtimes: tuple[str, ...], recipe
 def shared_key(task_key: str, options: FitOptions) -> str:
     """What device-independent work depends on: the task (its `cache_key`) and the options, less the per-device
     ones."""
-    import dataclasses
     import json
 
-    common = dataclasses.replace(options, runtime=None, recipes=None, require_device=False)
+    common = dataclasses.replace(options, runtime=None, recipes=None, require_device=False, time_limit_minutes=None)
     return json.dumps([task_key, to_jsonable(common)], sort_keys=True)
 
 

@@ -42,6 +42,9 @@ class FitOptions:
     recover_steps: int = 0  # > 0: distil each built pruned candidate (any structure) from the teacher this many steps
     recovery_batch_size: int = 16
     recovery_precision: str = "auto"  # the students' training arithmetic (`edgeprune.recovery.precision`)
+    # no candidate is started once the fit has run this long (resumed sessions included) and a candidate meets every
+    # budget: the best so far ships, and the result says what was left unbuilt. None: search until nothing can win
+    time_limit_minutes: float | None = None
 
     def __post_init__(self) -> None:
         if self.runtime is not None:
@@ -70,6 +73,8 @@ class FitOptions:
         if self.quality_tolerance is not None and not 0 <= self.quality_tolerance < 1:
             raise UserInputError(f"quality_tolerance must be >= 0 (in the task metric's units), got "
                                  f"{self.quality_tolerance}")
+        if self.time_limit_minutes is not None and not self.time_limit_minutes > 0:
+            raise UserInputError(f"time_limit_minutes must be more than 0, got {self.time_limit_minutes}")
         if self.head_step is not None and self.head_step < 1:
             raise UserInputError(f"head_step must be >= 1, got {self.head_step}")
 

@@ -18,7 +18,8 @@ from edgeprune.search.space import Shape
 from edgeprune.serialization import from_jsonable, to_jsonable, write_json_atomic
 from edgeprune.tasks.base import Quality
 
-RESULT_FORMAT_VERSION = 2  # 2: typed plan (StructurePlan), recipe (Recipe) and head scores (HeadScores)
+# 2: typed plan (StructurePlan), recipe (Recipe) and head scores (HeadScores); 3: search_stopped_early
+RESULT_FORMAT_VERSION = 3
 # a fit's status: every budget met as measured on the device, met on figures estimated here because the device was
 # not reachable (see `edgeprune.search.estimate`), or not met
 FIT, FIT_ESTIMATED, BUDGET_NOT_MET = "fit", "fit (estimated)", "budget_not_met"
@@ -119,6 +120,7 @@ class FitResult:
     shipped_files: list[str] = field(default_factory=list)  # what the app needs next to the artifact
     device_profile: dict[str, Any] = field(default_factory=dict)  # hardware and runtime facts of the profile
     quality_tolerance: float = 0.0  # validation qualities this close were a tie, won by the least compressed
+    search_stopped_early: str | None = None  # why the search stopped before nothing could win (a time limit)
     format_version: int = RESULT_FORMAT_VERSION  # of this schema; `load` refuses a newer one
 
     @property

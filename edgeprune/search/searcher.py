@@ -2,6 +2,8 @@
 
 import copy
 import dataclasses
+import time
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Protocol
 
@@ -26,6 +28,16 @@ class Proposal:
     shape: Shape
     threshold: float | None = None
     closest: bool = False  # nothing met every budget: the most compressed candidate, measured in full
+
+
+@dataclass
+class SearchOutcome:
+    """What a search built and considered, and why it stopped early when it did (None: it ran until nothing left
+    could beat the best candidate)."""
+
+    candidates: list[BuiltArtifact]
+    trials: list[Trial]
+    stopped_early: str | None = None
 
 
 class BuildsAhead(Protocol):
@@ -72,6 +84,7 @@ class BestFirstSearcher:
         self.rejected: set[str] = set()
         self.told: list[dict] = []  # what state_dict returns
         self.done = False
+        self.stopped_early: str | None = None  # why `stop` ended the search, with what it left unbuilt
         floor = budget.quality_floor(reference)
         self.floor = -floor if floor is not None and not reference.higher_is_better else floor
 
@@ -185,6 +198,31 @@ class BestFirstSearcher:
                                  layers_removed=shape.layers_removed, trim_vocabulary=shape.trim_vocabulary))
         self.rejected.add(proposal.recipe)
 
+    def stop(self, reason: str) -> None:
+        """End the search before nothing left can win (a time limit): each candidate that could still have won is
+        recorded as a trial not built, with its bound, and `stopped_early` says how many were left."""
+        if self.done:
+            return
+        contenders = self._ranked()
+        self.done = True
+        space = self.space
+        for proposal in contenders:
+            shape = proposal.shape
+            self.trials.append(Trial(proposal.recipe, shape.heads_removed,
+                                     space.predict_bytes(shape, RECIPES.get(proposal.recipe)),
+                                     note=f"not built: {reason}; its bound {space.bound(shape).value:.4f} could "
+                                     "still beat the best", ffn_fraction=shape.ffn_fraction,
+                                     layers_removed=shape.layers_removed, trim_vocabulary=shape.trim_vocabulary,
+                                     estimated_quality=space.proxy(shape).value))
+            for line, frontier in self.frontier.items():
+                if line.recipe == proposal.recipe and frontier == shape:
+                    self.closed[line] = reason
+        self._note_lines_not_built(skip={reason})
+        left = len(contenders)
+        self.stopped_early = (f"{reason}, with {left} candidate{'s' if left != 1 else ''} that could still beat the "
+                              "best not built" if left else f"{reason}; nothing left could beat the best")
+        self.progress.note(f"search stopped: {self.stopped_early}")
+
     def result(self) -> tuple[list[BuiltArtifact], list[Trial]]:
         """Every candidate built and every trial, the lines never built included."""
         return list(self.built.values()), self.trials
@@ -207,8 +245,12 @@ class BestFirstSearcher:
             else:
                 self.tell(proposal, from_jsonable(BuiltArtifact, told["artifact"]))
 
-    def _note_lines_not_built(self) -> None:
-        for line in self.lines:  # what stopped each line that never built a candidate
+    def _note_lines_not_built(self, skip: set[str] = frozenset()) -> None:
+        """A trial for each line that never built a candidate, saying what stopped it (lines closed for a reason
+        in `skip` are recorded elsewhere)."""
+        for line in self.lines:
+            if self.closed.get(line) in skip:
+                continue
             reason = self.closed.get(line) or ("a less compressed candidate of an equal or higher-fidelity recipe "
                                                "was preferred" if line in self.frontier else
                                                "the size or latency model predicts every head count over budget")
@@ -242,15 +284,34 @@ class BestFirstSearcher:
 
 
 def best_first_search(builder: CandidateBuilder, budget: Budget, recipes: tuple[str, ...], reference: Quality,
-                      progress: Progress, ahead: BuildsAhead | None = None,
-                      ) -> tuple[list[BuiltArtifact], list[Trial]]:
+                      progress: Progress, ahead: BuildsAhead | None = None, time_limit_s: float | None = None,
+                      clock: Callable[[], float] | None = None) -> SearchOutcome:
     """Build what the searcher proposes until it proposes nothing; every candidate built and every trial.
     With `ahead`, the searcher proposes a batch (the next `ahead.depth` candidates after the one built here) and
     `ahead` builds those elsewhere meanwhile; results are still told one at a time, in the searcher's order, so
-    it decides exactly what it decides without them."""
+    it decides exactly what it decides without them.
+
+    `time_limit_s`: once `clock()` (seconds; default: since this call) reaches it and a candidate meets every
+    budget, no further candidate is started and the best so far is kept; the candidate being built finishes. Until
+    one meets every budget the search goes on, since stopping then would leave nothing to ship."""
     searcher = BestFirstSearcher(builder, budget, recipes, reference, progress)
+    started = time.perf_counter()
+
+    def since_started() -> float:
+        return time.perf_counter() - started
+
+    clock = clock or since_started
+    waiting_said = False
     while batch := searcher.propose_batch(1 + (ahead.depth if ahead is not None else 0)):
         proposal = batch[0]
+        if time_limit_s is not None and not proposal.closest and clock() >= time_limit_s:
+            limit = f"the time limit ({time_limit_s / 60:g} min) was reached"
+            if searcher.incumbent is not None:
+                searcher.stop(limit)
+                break
+            if not waiting_said:
+                progress.note(f"{limit}; searching on until a candidate meets every budget")
+                waiting_said = True
         if ahead is not None:
             ahead.before_build(proposal, batch[1:])
         try:
@@ -270,7 +331,8 @@ def best_first_search(builder: CandidateBuilder, budget: Budget, recipes: tuple[
             artifact.checks = budget.check(artifact.file_bytes, artifact.benchmark, artifact.validation_quality,
                                            reference)
         searcher.tell(proposal, artifact)
-    return searcher.result()
+    candidates, trials = searcher.result()
+    return SearchOutcome(candidates, trials, searcher.stopped_early)
 
 
 def _threshold(incumbent: BuiltArtifact | None, shape: Shape, builder: CandidateBuilder,

@@ -126,8 +126,15 @@ def total_heads(artifact: BuiltArtifact) -> int:
 
 
 def summary(fits: bool, fitted: BuiltArtifact, budget: Budget, binding: list[str], suggestions: list[str],
-            estimated: bool = False) -> str:
-    """The fit's one-line outcome; `estimated`: the device was not reachable and its figures were estimated here."""
+            estimated: bool = False, stopped_early: str | None = None) -> str:
+    """The fit's one-line outcome; `estimated`: the device was not reachable and its figures were estimated here;
+    `stopped_early`: why the search ended before nothing left could win (said after the outcome)."""
+    outcome = _outcome(fits, fitted, budget, binding, suggestions, estimated)
+    return f"{outcome} (search stopped early: {stopped_early})" if stopped_early else outcome
+
+
+def _outcome(fits: bool, fitted: BuiltArtifact, budget: Budget, binding: list[str], suggestions: list[str],
+             estimated: bool) -> str:
     size = f"{fitted.file_bytes / 1e6:.2f} MB"
     heads = f"{fitted.describe()} (of {total_heads(fitted)} heads)"
     shown = [(c, *format_against(c.value, c.limit)) for c in fitted.checks]

@@ -22,6 +22,7 @@ from edgeprune.devices.transports.base import (
     register,
     stop_command,
 )
+from edgeprune.devices.transports.workdirs import make_remote_workdir_line, parse_made, remove_folders_line
 from edgeprune.errors import DeviceUnreachableError, EdgepruneError, UserInputError
 
 RC_MARKER = "__edgeprune_rc="
@@ -136,10 +137,12 @@ class AdbTransport(Transport):
         return CommandResult(status, text, "")
 
     def _make_workdir(self) -> str:
-        done = self.shell(f"mktemp -d {DEVICE_ROOT}/edgeprune.XXXXXX", 60)
-        path = done.stdout.strip()
-        if done.exit_code != 0 or not path.startswith(DEVICE_ROOT):
-            raise EdgepruneError(f"cannot make a work folder on {self.label}: {path}")
+        done = self.shell(make_remote_workdir_line(DEVICE_ROOT), 60)
+        path, orphans = parse_made(done.stdout)
+        if done.exit_code != 0 or path is None or not path.startswith(DEVICE_ROOT):
+            raise EdgepruneError(f"cannot make a work folder on {self.label}: {done.stdout.strip()}")
+        if orphans:  # left by fits killed on this machine: removed on the way (workdirs)
+            self.shell(remove_folders_line(orphans), 60)
         return path
 
     def push(self, local: Path, name: str | None = None) -> str:

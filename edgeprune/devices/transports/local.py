@@ -1,14 +1,9 @@
-"""This machine: a temporary folder and subprocesses.
-
-A work folder records the process that made it (`OWNER_FILE`). A process killed with SIGKILL (the OOM killer, a
-CI timeout) cannot remove its folder, so each new one first removes the folders of this user whose owner no longer
-runs: leftovers do not pile up in the temporary directory.
-"""
+"""This machine: a temporary folder and subprocesses. Each new work folder first removes the folders of this user
+left by processes that were killed (`edgeprune.devices.transports.workdirs`)."""
 
 import os
 import shutil
 import signal
-import socket
 import subprocess
 import sys
 import tempfile
@@ -16,39 +11,24 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 
 from edgeprune.devices.transports.base import CommandResult, DeviceTimeoutError, Transport, register
+from edgeprune.devices.transports.workdirs import OWNER_FILE, orphaned, owner_record
 from edgeprune.errors import EdgepruneError
 
 WORKDIR_PREFIX = "edgeprune-bench-"
-OWNER_FILE = ".edgeprune-owner"  # "PID HOSTNAME" of the process whose transport made the folder
-
-
-def process_runs(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:  # another user's process: it runs
-        return True
-    return True
 
 
 def remove_orphaned_workdirs(folder: Path) -> list[Path]:
-    """Remove this user's work folders in `folder` whose owning process on this host has ended; the ones removed.
-    A folder without an owner file (made by an older version, or still being made) is left alone, as is one
-    made under another host name (a container sharing the folder sees other pids) and any whose pid runs — a pid
-    reused by another process errs towards keeping."""
+    """Remove this user's work folders in `folder` whose owning process on this host has ended
+    (`edgeprune.devices.transports.workdirs`); the ones removed."""
     removed = []
     for candidate in folder.glob(f"{WORKDIR_PREFIX}*"):
         try:
             if candidate.is_symlink() or candidate.stat().st_uid != os.getuid():
                 continue
-            pid_text, _, host = (candidate / OWNER_FILE).read_text().strip().partition(" ")
-            pid = int(pid_text)
-        except (OSError, ValueError):
+            record = (candidate / OWNER_FILE).read_text()
+        except OSError:
             continue
-        if host != socket.gethostname():  # another machine's (or container's) pids mean nothing here
-            continue
-        if pid != os.getpid() and not process_runs(pid):
+        if orphaned(record):
             shutil.rmtree(candidate, ignore_errors=True)
             removed.append(candidate)
     return removed
@@ -67,7 +47,7 @@ class LocalTransport(Transport):
     def _make_workdir(self) -> str:
         remove_orphaned_workdirs(Path(tempfile.gettempdir()))
         path = tempfile.mkdtemp(prefix=WORKDIR_PREFIX)
-        (Path(path) / OWNER_FILE).write_text(f"{os.getpid()} {socket.gethostname()}\n")
+        (Path(path) / OWNER_FILE).write_text(owner_record() + "\n")
         return path
 
     def push(self, local: Path, name: str | None = None) -> str:

@@ -25,6 +25,7 @@ from edgeprune.devices.transports.base import (
     shell_command,
     stop_command,
 )
+from edgeprune.devices.transports.workdirs import make_remote_workdir_line, parse_made, remove_folders_line
 from edgeprune.errors import DeviceUnreachableError, EdgepruneError, UserInputError
 
 SSH_FAILED = 255  # ssh's own exit status for connection, authentication and host-key failures
@@ -139,10 +140,13 @@ class SshTransport(Transport):
                 f"(--identity or connection.key), the ssh agent and the device's authorized_keys")
 
     def _make_workdir(self) -> str:
-        code, out, err = self._ssh('mktemp -d "${TMPDIR:-/tmp}/edgeprune.XXXXXX"', self.endpoint.connect_timeout_s + 20)
-        path = out.decode(errors="replace").strip()
-        if code != 0 or not path.startswith("/"):
-            raise EdgepruneError(f"cannot make a work folder on {self.label}: {err.strip() or path}")
+        timeout_s = self.endpoint.connect_timeout_s + 20
+        code, out, err = self._ssh(make_remote_workdir_line('"${TMPDIR:-/tmp}"'), timeout_s)
+        path, orphans = parse_made(out.decode(errors="replace"))
+        if code != 0 or path is None:
+            raise EdgepruneError(f"cannot make a work folder on {self.label}: {err.strip() or out.decode().strip()}")
+        if orphans:  # left by fits killed on this machine: removed on the way (workdirs)
+            self._ssh(remove_folders_line(orphans), timeout_s, retry=False)
         return path
 
     def push(self, local: Path, name: str | None = None) -> str:
