@@ -18,6 +18,12 @@ def test_per_iteration_logs_drop_the_first_and_warmup_runs():
     assert run.p90_ms <= run.p99_ms <= max(timed) and not run.notes
 
 
+def test_edgeprunes_runner_reports_its_own_peak_resident_set():
+    log = command_output("android-arm64", "executor_runner_iterations.txt") + "Peak resident set: 51712 kB\n"
+    assert parse_executor_runner(log, skip=2).process_peak_rss_mb == 50.5
+    assert parse_executor_runner(log.replace("Peak resident", "Peak"), skip=2).process_peak_rss_mb is None
+
+
 def test_older_builds_log_only_the_total():
     run = parse_executor_runner(command_output("android-arm64", "executor_runner_total_only.txt"), skip=2)
     assert run.timed_runs == 6 and run.latency_ms == [] and run.p50_ms is None

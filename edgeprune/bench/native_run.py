@@ -85,7 +85,7 @@ def run_native(transport: Transport, artifact: Path, inputs: tuple[torch.Tensor,
     env, readers = _thermal_readers(transport)
     argv = tool.command(remote_binary, remote_artifact, threads, warmup, runs, input_files)
     done = transport.run(peak_rss_wrapper([*transport.pin_prefix(threads), *argv]), timeout_s=timeout_s)
-    peak_rss_mb, output = split_peak_rss(done.stdout + done.stderr)
+    polled_peak_mb, output = split_peak_rss(done.stdout + done.stderr)
     if done.exit_code in (126, 127):
         raise UserInputError(f"cannot run {tool.tool} at {binary} on {transport.label} (exit {done.exit_code}: "
                              f"{output.strip()[-160:]}); push the binary there or pass --binary PATH")
@@ -103,11 +103,12 @@ def run_native(transport: Transport, artifact: Path, inputs: tuple[torch.Tensor,
     if parsed.tool_peak_memory_mb is not None:
         notes.append(f"{tool.tool} reports a peak memory footprint of {parsed.tool_peak_memory_mb:.1f} MB")
     mean = parsed.mean_ms
+    peaks = [mb for mb in (polled_peak_mb, parsed.process_peak_rss_mb) if mb is not None]
     return {
         "runtime": runtime, "threads": threads, "warmup_runs": warmup, "timed_runs": parsed.timed_runs,
         "latency_ms": parsed.latency_ms, "p50_ms": parsed.p50_ms, "p90_ms": parsed.p90_ms, "p99_ms": parsed.p99_ms,
         "mean_ms": mean, "cv": (parsed.std_ms or 0.0) / mean if mean else 0.0, "first_run_ms": parsed.first_run_ms,
-        "load_ms": parsed.load_ms, "rss_before_load_mb": None, "peak_rss_mb": peak_rss_mb,
+        "load_ms": parsed.load_ms, "rss_before_load_mb": None, "peak_rss_mb": max(peaks, default=None),
         "file_bytes": artifact.stat().st_size, "runner": tool.tool, "notes": notes, **thermal,
         "energy": {"unavailable": f"{tool.tool} runs with no power sampler on the device"},
     }

@@ -57,6 +57,9 @@ class NativeRun:
     first_run_ms: float | None = None
     load_ms: float | None = None
     tool_peak_memory_mb: float | None = None  # the tool's own footprint figure, where it prints one
+    # the process's peak resident set as the kernel counted it (getrusage), where the tool prints it: exact, where
+    # polling /proc from outside (peak_rss_wrapper) can miss a run that ends between two polls
+    process_peak_rss_mb: float | None = None
     notes: list[str] = field(default_factory=list)
 
 

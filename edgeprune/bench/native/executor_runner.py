@@ -2,7 +2,8 @@
 
 It logs through ET_LOG (`I 00:00:00.012345 executorch:executor_runner.cpp:NNN] ...` on stderr):
 `Model loaded in X ms.`, one `Iteration i of N: X ms` per execution, then `Model executed
-successfully N time(s) in X ms.`; older builds print only the total line. It has no warm-up flag, so
+successfully N time(s) in X ms.`; older builds print only the total line. edgeprune's own runner
+(executor_runner.cpp) then prints `Peak resident set: N kB` from getrusage. It has no warm-up flag, so
 the first execution and the warm-up ones are dropped from the timed samples.
 """
 
@@ -16,6 +17,7 @@ NUMBER = r"\d+(?:\.\d*)?(?:[eE][-+]?\d+)?"
 LOADED = re.compile(rf"Model loaded in ({NUMBER}) ms")
 ITERATION = re.compile(rf"Iteration (\d+) of (\d+): ({NUMBER}) ms")
 TOTAL = re.compile(rf"Model executed successfully (\d+) time\(s\) in ({NUMBER}) ms")
+PEAK_RSS = re.compile(r"^Peak resident set: (\d+) kB", re.MULTILINE)  # edgeprune's runner only (getrusage)
 
 
 def _percentile(samples: list[float], q: float) -> float:
@@ -33,6 +35,8 @@ def parse_executor_runner(output: str, skip: int = 1) -> NativeRun:
         raise ValueError("no `Model executed successfully N time(s) in X ms` line in the executor_runner output")
     executions, total_ms = int(total.group(1)), float(total.group(2))
     loaded = LOADED.search(output)
+    peak = PEAK_RSS.search(output)
+    peak_mb = int(peak.group(1)) / 1024 if peak else None
     iterations = {int(i): float(ms) for i, _, ms in ITERATION.findall(output)}
     if len(iterations) == executions and executions > skip:
         ordered = [iterations[i] for i in range(1, executions + 1)]
@@ -40,9 +44,9 @@ def parse_executor_runner(output: str, skip: int = 1) -> NativeRun:
         return NativeRun(tool="executor_runner", timed_runs=len(timed), latency_ms=timed,
                          mean_ms=statistics.fmean(timed), p50_ms=_percentile(timed, 50), p90_ms=_percentile(timed, 90),
                          p99_ms=_percentile(timed, 99), std_ms=statistics.pstdev(timed), first_run_ms=ordered[0],
-                         load_ms=float(loaded.group(1)) if loaded else None)
+                         load_ms=float(loaded.group(1)) if loaded else None, process_peak_rss_mb=peak_mb)
     return NativeRun(tool="executor_runner", timed_runs=executions, latency_ms=[], mean_ms=total_ms / executions,
-                     p50_ms=None, load_ms=float(loaded.group(1)) if loaded else None,
+                     p50_ms=None, load_ms=float(loaded.group(1)) if loaded else None, process_peak_rss_mb=peak_mb,
                      notes=["this executor_runner build logs no per-iteration times: the mean covers every "
                             "execution, the first and warm-up ones included, and p50 is unknown"])
 
