@@ -35,6 +35,18 @@ def test_json_on_stdout_and_both_reports_saved(tflite, tiny_bert_dir, tmp_path, 
     assert markdown.startswith("# edgeprune bench: tiny.tflite on host") and "| latency p50 |" in markdown
 
 
+def test_min_seconds_times_beyond_the_runs_until_the_window_is_that_long(tflite, tiny_bert_dir, tmp_path, capsys):
+    argv = ["bench", str(tflite), "--model", str(tiny_bert_dir), "--out", str(tmp_path), "--json", *TINY]
+    assert main([*argv, "--min-seconds", "0.005"]) == 0
+    printed = json.loads(capsys.readouterr().out)
+    # a tiny model runs in well under a millisecond: more than --runs 5 fill 5 ms, and no run beyond the one that did
+    assert printed["timed_runs"] == len(printed["latency_ms"]) > 5 and sum(printed["latency_ms"]) >= 5
+    assert sum(printed["latency_ms"][:-1]) < 5
+    assert main([*argv, "--min-seconds", "60"]) == 0  # never more than 100 × --runs
+    assert json.loads(capsys.readouterr().out)["timed_runs"] == 500
+    assert main([*argv, "--min-seconds", "-1"]) == 2 and "--min-seconds" in capsys.readouterr().err
+
+
 def test_without_json_stdout_is_the_markdown_report(tflite, tiny_bert_dir, tmp_path, capsys):
     assert main(["bench", str(tflite), "--model", str(tiny_bert_dir), "--out", str(tmp_path), *TINY]) == 0
     printed = capsys.readouterr().out

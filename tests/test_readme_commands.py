@@ -11,6 +11,7 @@ test that covers it. A README command that is neither run here nor listed there 
 import hashlib
 import os
 import re
+import shlex
 import shutil
 import subprocess
 import sys
@@ -218,8 +219,10 @@ def run_group(name: str, workspace, needs: dict[str, Path] | None = None) -> Pat
     for step in GROUPS[name]:
         command, cwd = step.command, folder
         if command.startswith("make "):  # in the repository; `-o`: never reinstall the venv from inside a test
-            stamp = os.path.relpath(Path(sys.executable).parents[1] / ".installed", ROOT)  # the Makefile's $(STAMP)
-            command, cwd = f"make -o {stamp} {command[5:]}", ROOT
+            # this interpreter's venv by its absolute path, so that the Makefile's $(STAMP) is the file `-o` names
+            # even when the checkout's .venv is a link to another one (a git worktree)
+            venv = shlex.quote(sys.prefix)
+            command, cwd = f"make VENV={venv} -o {venv}/.installed {command[5:]}", ROOT
         done = subprocess.run(["bash", "-c", command], cwd=cwd, env=environment, capture_output=True,
                               text=True, timeout=600, check=False)
         errors = done.stderr.strip().splitlines()

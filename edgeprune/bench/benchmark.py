@@ -81,6 +81,7 @@ def benchmark_local(
     timeout_s: float = 600,
     *,
     profile: DeviceProfile | None = None,
+    min_seconds: float = 0.0,
 ) -> BenchmarkResult:
     """Run the self-contained runner on this machine in a fresh Python process.
 
@@ -91,7 +92,7 @@ def benchmark_local(
 
     with LocalTransport(Endpoint("local"), python=sys.executable) as transport:
         return benchmark_on(transport, artifact, inputs, runtime, threads, warmup, runs, device, timeout_s,
-                            profile=profile)
+                            profile=profile, min_seconds=min_seconds)
 
 
 def benchmark_on(
@@ -108,17 +109,20 @@ def benchmark_on(
     profile: DeviceProfile | None = None,
     native_binary: str | None = None,
     idle_s: float = 1.0,
+    min_seconds: float = 0.0,
 ) -> BenchmarkResult:
     """Push the runner (or use a native binary), the artifact and the inputs to a device, time the artifact
     there, fetch the result.
 
     `profile` supplies the power sensor, the power model for estimates and the native binaries
     (runtime.runner = "native", or the runtimes in runtime.native); `native_binary` (a path on the device, or a
-    local file to push) picks the native tool for this artifact's runtime. The Python runner needs
+    local file to push) picks the native tool for this artifact's runtime. `min_seconds`: the Python runner times
+    runs beyond `runs` until they add up to this long (native tools time `runs` exactly). The Python runner needs
     `transport.python` with numpy and the runtime package. The work folder is left for `transport.close()` to remove.
     """
-    if runs < 1 or warmup < 0:
-        raise ValueError(f"need runs >= 1 and warmup >= 0, got runs={runs}, warmup={warmup}")
+    if runs < 1 or warmup < 0 or min_seconds < 0:
+        raise ValueError(f"need runs >= 1, warmup >= 0 and min_seconds >= 0, got runs={runs}, warmup={warmup}, "
+                         f"min_seconds={min_seconds}")
     if threads < 1:
         raise ValueError(f"need threads >= 1, got {threads}")
     artifact = Path(artifact)
@@ -139,7 +143,7 @@ def benchmark_on(
                               Path(scratch))
         else:
             data = _run_python(transport, artifact, inputs, runtime, threads, warmup, runs, timeout_s, Path(scratch),
-                               _power_sensor(profile), idle_s)
+                               _power_sensor(profile), idle_s, min_seconds)
     energy = data.pop("energy", {"unavailable": "the runner reported no energy"})
     result = BenchmarkResult(device=device, **data)
     if result.emulated is None and profile is not None and profile.emulated:
@@ -164,7 +168,8 @@ def sensors_zip(folder: Path) -> Path:
 
 
 def _run_python(transport: Transport, artifact: Path, inputs: tuple[torch.Tensor, ...], runtime: str, threads: int,
-                warmup: int, runs: int, timeout_s: float, scratch: Path, power_sensor: str, idle_s: float) -> dict:
+                warmup: int, runs: int, timeout_s: float, scratch: Path, power_sensor: str, idle_s: float,
+                min_seconds: float = 0.0) -> dict:
     inputs_path = scratch / "inputs.npz"
     np.savez(inputs_path, **{f"arg_{i}": t.numpy() for i, t in enumerate(inputs)})
     runner = transport.push(RUNNER, "edgeprune_runner.py")
@@ -175,7 +180,7 @@ def _run_python(transport: Transport, artifact: Path, inputs: tuple[torch.Tensor
     command = [*transport.pin_prefix(threads), transport.python, runner, "--artifact", remote_artifact,
                "--runtime", runtime, "--inputs", remote_inputs, "--threads", str(threads),
                "--warmup", str(warmup), "--runs", str(runs), "--out", "result.json", "--sensors", sensors,
-               "--power-sensor", power_sensor, "--idle-s", f"{idle_s:g}"]
+               "--power-sensor", power_sensor, "--idle-s", f"{idle_s:g}", "--min-seconds", f"{min_seconds:g}"]
     done = transport.run(command, timeout_s=timeout_s, env={"OMP_NUM_THREADS": "1", "MKL_NUM_THREADS": "1"})
     if done.exit_code != 0:
         tail = (done.stderr or done.stdout).strip().splitlines()[-5:]

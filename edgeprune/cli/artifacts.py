@@ -73,6 +73,9 @@ def export_command(**values: object) -> int:
 @click.option("--threads", type=int, help="default: the device profile's")
 @click.option("--runs", type=int, default=30, show_default=True)
 @click.option("--warmup", type=int, default=5, show_default=True)
+@click.option("--min-seconds", type=finite, default=0.0, show_default=True,
+              help="keep timing beyond --runs until the runs add up to this long (fit times at least 1 s); the "
+              "Python runner only")
 @click.option("--binary", metavar="PATH", help="time with this native benchmark tool (benchmark_model for .tflite, "
               "executor_runner for .pte): a path on the device, or a local file to push")
 @click.option("--timeout-s", type=finite, default=600.0, show_default=True, help="limit for the benchmark command")
@@ -171,8 +174,8 @@ def run_bench(args: SimpleNamespace) -> int:
         raise UserInputError(f"artifact {args.artifact} is a folder; name the .pte or .tflite file")
     if args.artifact.suffix not in (".pte", ".tflite") and args.runtime is None:
         raise UserInputError(f"cannot tell the runtime of {args.artifact}; pass --runtime executorch|litert")
-    if args.runs < 1 or args.warmup < 0:
-        raise UserInputError("--runs must be at least 1 and --warmup at least 0")
+    if args.runs < 1 or args.warmup < 0 or not 0 <= args.min_seconds < math.inf:
+        raise UserInputError("--runs must be at least 1, --warmup and --min-seconds at least 0")
     if args.threads is not None and args.threads < 1:
         raise UserInputError("--threads must be at least 1")
     if not 0 < args.timeout_s < math.inf:
@@ -190,7 +193,8 @@ def run_bench(args: SimpleNamespace) -> int:
         inputs, inputs_source = _bench_inputs(args)
         result = benchmark_on(transport, args.artifact, inputs, args.runtime,
                               args.threads or profile.threads, args.warmup, args.runs, device=profile.name,
-                              timeout_s=args.timeout_s, profile=profile, native_binary=args.binary)
+                              timeout_s=args.timeout_s, profile=profile, native_binary=args.binary,
+                              min_seconds=args.min_seconds)
         result.notes.append(inputs_source)
         connection = transport.label
     folder = args.out or args.artifact.parent

@@ -53,14 +53,14 @@ class BoardWorker:
             raise DeviceUnreachableError(f"board {self.board.name}: {reason}")
 
     def benchmark(self, file_name: str, content: bytes, inputs: tuple[torch.Tensor, ...], runtime: str, warmup: int,
-                  runs: int) -> BenchmarkResult:
+                  runs: int, min_seconds: float = 0.0) -> BenchmarkResult:
         profile = self.board.profile
         with tempfile.TemporaryDirectory(prefix="edgeprune-board-") as scratch:
             artifact = Path(scratch) / file_name
             artifact.write_bytes(content)
             try:
                 result = benchmark_on(self._transport(), artifact, inputs, runtime, profile.threads, warmup, runs,
-                                      device=profile.name, profile=profile)
+                                      device=profile.name, profile=profile, min_seconds=min_seconds)
             except DeviceUnreachableError:
                 self._reset()
                 raise
@@ -114,7 +114,7 @@ class BoardPool:
         return self._none_left(profile)
 
     def benchmark(self, profile: str, artifact: Path, inputs: tuple[torch.Tensor, ...], runtime: str, warmup: int,
-                  runs: int) -> BenchmarkResult:
+                  runs: int, min_seconds: float = 0.0) -> BenchmarkResult:
         """Benchmark `artifact` on a board of `profile`; another board of the profile when that one stops
         answering; DeviceUnreachableError when none is left."""
         content = self.ray.put(Path(artifact).read_bytes())  # once into the object store, whichever board runs it
@@ -122,7 +122,7 @@ class BoardPool:
             name = self._pick(profile)
             try:
                 return self.ray.get(self.actors[name].benchmark.remote(Path(artifact).name, content, inputs, runtime,
-                                                                       warmup, runs))
+                                                                       warmup, runs, min_seconds))
             except Exception as error:
                 if not _board_failure(error):
                     raise _cause(error) from None

@@ -455,15 +455,15 @@ class CandidateBuilder:
         artifact.latency_basis = self.latency_model.basis(artifact.recipe.name)
         if self.estimator is not None:
             artifact.benchmark = self.estimator.benchmark(self.work / artifact.path, inputs, artifact.recipe.runtime,
-                                                          self.options.bench_warmup, self.options.bench_runs)
+                                                          *self.options.bench_settings)
         elif self.boards is not None:
             artifact.benchmark = self.boards.benchmark(self.profile.name, self.work / artifact.path, inputs,
-                                                       artifact.recipe.runtime, self.options.bench_warmup,
-                                                       self.options.bench_runs)
+                                                       artifact.recipe.runtime, *self.options.bench_settings)
         else:
+            warmup, runs, min_seconds = self.options.bench_settings
             artifact.benchmark = benchmark_on(self.device_link, self.work / artifact.path, inputs,
-                                              artifact.recipe.runtime, self.profile.threads, self.options.bench_warmup,
-                                              self.options.bench_runs, device=self.profile.name, profile=self.profile)
+                                              artifact.recipe.runtime, self.profile.threads, warmup, runs,
+                                              device=self.profile.name, profile=self.profile, min_seconds=min_seconds)
         peak, board = artifact.benchmark.peak_rss_mb, artifact.benchmark.board
         self.progress.note(f"  p50 {artifact.benchmark.p50_ms:.2f} ms{'' if self.estimator is None else ' (estimated)'}"
                            f", peak {'?' if peak is None else f'{peak:.0f}'} MB{f' (board {board})' if board else ''}")

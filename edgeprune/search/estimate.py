@@ -80,8 +80,9 @@ class HostEstimator:
                 f"{self.profile.name} {self.device_gflops:.0f} GFLOPS from its profile)")
 
     def benchmark(self, artifact: Path, inputs: tuple[torch.Tensor, ...], runtime: str, warmup: int,
-                  runs: int) -> BenchmarkResult:
-        local = benchmark_local(artifact, inputs, self.host_threads, runtime, warmup, runs, device=self.profile.name)
+                  runs: int, min_seconds: float = 0.0) -> BenchmarkResult:
+        local = benchmark_local(artifact, inputs, self.host_threads, runtime, warmup, runs, device=self.profile.name,
+                                min_seconds=min_seconds)
         return self.scaled(local)
 
     def scaled(self, local: BenchmarkResult) -> BenchmarkResult:

@@ -39,6 +39,9 @@ class FitOptions:
     quality_tolerance: float | None = None
     bench_warmup: int = 5
     bench_runs: int = 30
+    # the Python runner times runs beyond bench_runs until they add up to this long: a 2 ms model's 30 runs (60 ms)
+    # sit inside one burst of a noisy machine's load (benchmarks/bench_window.py; docs/FINDINGS.md)
+    bench_min_seconds: float = 1.0
     recover_steps: int = 0  # > 0: distil each built pruned candidate (any structure) from the teacher this many steps
     recovery_batch_size: int = 16
     recovery_precision: str = "auto"  # the students' training arithmetic (`edgeprune.recovery.precision`)
@@ -56,8 +59,9 @@ class FitOptions:
             raise UserInputError(f"name at least one recipe; choose from: {', '.join(RECIPES.names())}")
         for recipe in self.recipes or ():
             RECIPES.get(recipe)
-        if self.scoring_examples < 1 or self.verify_examples < 1 or self.bench_runs < 20:
-            raise UserInputError("need scoring_examples >= 1, verify_examples >= 1 and bench_runs >= 20")
+        if self.scoring_examples < 1 or self.verify_examples < 1 or self.bench_runs < 20 or self.bench_min_seconds < 0:
+            raise UserInputError("need scoring_examples >= 1, verify_examples >= 1, bench_runs >= 20 and "
+                                 "bench_min_seconds >= 0")
         if self.criterion != "auto" and self.criterion not in CRITERIA.names():
             raise UserInputError(f"unknown head criterion {self.criterion!r}; choose auto (chosen by measurement) or "
                                  f"one of: {', '.join(CRITERIA.names())}")
@@ -78,4 +82,7 @@ class FitOptions:
         if self.head_step is not None and self.head_step < 1:
             raise UserInputError(f"head_step must be >= 1, got {self.head_step}")
 
-
+    @property
+    def bench_settings(self) -> tuple[int, int, float]:
+        """Warm-up runs, timed runs and the least timed seconds of each benchmark, in `benchmark_on`'s order."""
+        return self.bench_warmup, self.bench_runs, self.bench_min_seconds
