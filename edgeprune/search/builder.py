@@ -447,7 +447,9 @@ class CandidateBuilder:
         inputs = self.remap(self.example, artifact.vocabulary_size is not None)
         where = f"estimated for {self.profile.name}" if self.estimator else f"on {self.profile.name}" + (
             " (a board of the pool)" if self.boards else "")
-        self.progress.note(f"  benchmarking {where} ({self.options.bench_runs} runs, {self.profile.threads} threads)")
+        window = f" and {self.options.bench_min_seconds:g} s" if self.options.bench_min_seconds else ""
+        self.progress.note(f"  benchmarking {where} (at least {self.options.bench_runs} runs{window}, "
+                           f"{self.profile.threads} threads)")
         if self.before_benchmark is not None:
             self.before_benchmark()
         # the latency model's figure before it sees this measurement: result.json keeps both (its error, measured)
