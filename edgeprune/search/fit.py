@@ -295,8 +295,6 @@ def _settings(task: Task, options: FitOptions, runtimes: tuple[str, ...], recipe
               profile: DeviceProfile, budget: Budget) -> dict[str, Any]:
     """What identifies a fit for resuming: a resume with any of these changed is refused, naming the change (the
     time limit is not one: it says how long to search, not what)."""
-    import dataclasses
-
     return {"model, data and task options": task.cache_key(),
             "options": to_jsonable(dataclasses.replace(options, time_limit_minutes=None)),
             "runtime": runtimes[0] if len(runtimes) == 1 else list(runtimes),
