@@ -11,6 +11,7 @@ bench_window.json. Run nothing else meanwhile.
 """
 
 import argparse
+import copy
 import json
 import os
 import statistics
@@ -24,6 +25,7 @@ from edgeprune import bundled_task
 from edgeprune.bench import benchmark_local
 from edgeprune.devices import load_profile
 from edgeprune.export import export
+from edgeprune.models import adapter_for
 from edgeprune.progress import Progress
 from edgeprune.pruning import prune_heads
 
@@ -46,9 +48,8 @@ def main() -> int:
     task = bundled_task("minilm-bbc", progress=Progress(enabled=False))
     teacher = task.teacher().model
     example = task.example_inputs("validation", 1)[0]
-    layers = teacher.config.num_hidden_layers if hasattr(teacher, "config") else 6
-    pruned = prune_heads(bundled_task("minilm-bbc", progress=Progress(enabled=False)).teacher().model,
-                         {layer: list(range(9)) for layer in range(layers)})
+    layers = len(adapter_for(teacher).attention_blocks(teacher))
+    pruned = prune_heads(copy.deepcopy(teacher), {layer: list(range(9)) for layer in range(layers)})
     rows = {}
     with tempfile.TemporaryDirectory(prefix="edgeprune-window-") as scratch:
         artifacts = {name: export(model, example, Path(scratch) / f"{name}.tflite", "litert-int8").path

@@ -165,11 +165,12 @@ def main() -> int:
         # a window of at least --min-seconds: 30 runs of a 2 ms model take 60 ms, which one burst of the machine's
         # noise covers whole (benchmarks/bench_window.py: 70 % of such p50s within ±10 % of their median here,
         # 90 % with a 1 s window)
-        times = []
-        while len(times) < args.runs or (sum(times) < args.min_seconds * 1000 and len(times) < 100 * args.runs):
+        times, total_ms = [], 0.0
+        while len(times) < args.runs or (total_ms < args.min_seconds * 1000 and len(times) < 100 * args.runs):
             start = time.perf_counter()
             run()
             times.append((time.perf_counter() - start) * 1000)
+            total_ms += times[-1]
         return times
 
     try:

@@ -142,9 +142,10 @@ class SshTransport(Transport):
     def _make_workdir(self) -> str:
         timeout_s = self.endpoint.connect_timeout_s + 20
         code, out, err = self._ssh(make_remote_workdir_line('"${TMPDIR:-/tmp}"'), timeout_s)
-        path, orphans = parse_made(out.decode(errors="replace"))
+        printed = out.decode(errors="replace")
+        path, orphans = parse_made(printed)
         if code != 0 or path is None:
-            raise EdgepruneError(f"cannot make a work folder on {self.label}: {err.strip() or out.decode().strip()}")
+            raise EdgepruneError(f"cannot make a work folder on {self.label}: {err.strip() or printed.strip()}")
         if orphans:  # left by fits killed on this machine: removed on the way (workdirs)
             self._ssh(remove_folders_line(orphans), timeout_s, retry=False)
         return path
