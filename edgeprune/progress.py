@@ -6,7 +6,6 @@ start, a counted stage one line every `interval_s`. `--quiet` turns progress off
 result, still show); `quiet_third_party` hides what the libraries underneath print unless `--verbose`.
 """
 
-import logging
 import os
 import sys
 import time
@@ -130,10 +129,13 @@ def quiet_third_party(verbose: bool = False) -> None:
     warnings) unless `verbose`; their errors still surface as edgeprune's one-line errors."""
     if verbose:
         return
+    import logging
+
     os.environ.setdefault("HF_HUB_DISABLE_PROGRESS_BARS", "1")  # also transformers' own bars
     os.environ.setdefault("TRANSFORMERS_VERBOSITY", "error")  # read when transformers is imported
     os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "3")
     os.environ.setdefault("GLOG_minloglevel", "3")
+    os.environ.setdefault("TORCH_LOGS", "-all")  # read when torch is imported, which resets its loggers' levels
     for name in NOISY_LIBRARIES:
         logging.getLogger(name).setLevel(logging.ERROR)
     warnings.filterwarnings("ignore", module="|".join(rf"{name}(\.|$)" for name in NOISY_LIBRARIES))

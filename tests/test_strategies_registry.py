@@ -53,11 +53,11 @@ def test_the_cli_offers_exactly_the_registered_strategies_and_runtimes():
     from edgeprune.export import RUNTIMES
 
     def choices(verb: str, option: str) -> list[str]:
-        return list(next(p for p in cli.commands[verb].params if p.name == option).type.choices)
+        return list(next(p for p in cli.get_command(None, verb).params if p.name == option).type.choices)
 
     assert choices("prune", "strategy") == STRATEGIES.names() == ["global-topk", "per-layer", "threshold"]
     for verb in ("export", "bench"):
         assert choices(verb, "runtime") == RUNTIMES.names()
-    fit_runtime = next(p for p in cli.commands["fit"].params if p.name == "runtime").type  # one or several
+    fit_runtime = next(p for p in cli.get_command(None, "fit").params if p.name == "runtime").type  # one or several
     assert fit_runtime.name == "|".join(RUNTIMES.names()) + "[,...]"
     assert fit_runtime.convert("litert,executorch", None, None) == ("litert", "executorch")

@@ -6,18 +6,14 @@ Every error is one line on stderr with the exit code of its kind (README), conve
 
 import sys
 from collections.abc import Sequence
-from importlib.metadata import version
 from typing import Any
 
 import click
 
-from edgeprune.cli.artifacts import bench_command, export_command, quantize_command
+from edgeprune import __version__
 from edgeprune.cli.common import epilog, one_line
 from edgeprune.cli.config import project_defaults, split_config_flag
-from edgeprune.cli.devices import devices_group
-from edgeprune.cli.fit import fit_command
-from edgeprune.cli.pruning import prune_command, score_command
-from edgeprune.cli.recovery import distill_command
+from edgeprune.cli.lazy import LazyGroup, LazyVerb
 from edgeprune.errors import EdgepruneError, UserInputError
 
 DEBUG_FLAG = "--debug"
@@ -33,7 +29,28 @@ ENVIRONMENT = ("EDGEPRUNE_DEVICE (fit's and bench's --device), EDGEPRUNE_RUNS (w
                "EDGEPRUNE_DEVICES (more profile folders)")
 
 
-class EdgepruneCommand(click.Group):
+# each verb is imported when it runs (or its own --help is asked for): `edgeprune --help`, `--version` and
+# `devices list|show` load no torch
+VERBS = {
+    "fit": LazyVerb("edgeprune.cli.fit:fit_command",
+                    "Prune, quantize, export and benchmark until the artifact meets every budget of the device."),
+    "score": LazyVerb("edgeprune.cli.pruning:score_command",
+                      "Score every attention head on the task's calibration data."),
+    "prune": LazyVerb("edgeprune.cli.pruning:prune_command", "Remove heads for real and save the smaller model."),
+    "distill": LazyVerb("edgeprune.cli.recovery:distill_command",
+                        "Recover a pruned model by distillation from the dense teacher."),
+    "quantize": LazyVerb("edgeprune.cli.artifacts:quantize_command",
+                         "Quantize the task's model with a recipe; save it for PyTorch."),
+    "export": LazyVerb("edgeprune.cli.artifacts:export_command", "Export the task's model for a runtime, verified "
+                       "against PyTorch (summary beside it: OUT.json)."),
+    "bench": LazyVerb("edgeprune.cli.artifacts:bench_command",
+                      "Benchmark an artifact in a separate process on a device; save JSON and Markdown."),
+    "devices": LazyVerb("edgeprune.cli.devices:devices_group",
+                        "Device profiles; whether a device answers; a board's environment."),
+}
+
+
+class EdgepruneCommand(LazyGroup):
     """The verbs' group. Its `main` takes the global flags out wherever they are, reads the project file into
     click's default_map, and turns every error into one line and its exit code."""
 
@@ -44,12 +61,23 @@ class EdgepruneCommand(click.Group):
             sys.exit(code)
         return code
 
+    def get_command(self, ctx: click.Context | None, cmd_name: str) -> click.Command | None:
+        """A verb, imported here the first time, with the libraries quieted (unless --verbose) before its imports,
+        since some read their settings when imported, and after them, since some (torch) reset their loggers then.
+        `--help` and `--version` import no verb and so none of them."""
+        from edgeprune.progress import VERBOSITY, quiet_third_party
 
-@click.group("edgeprune", cls=EdgepruneCommand, context_settings={"help_option_names": ["-h", "--help"],
-                                                                   "max_content_width": 120},
+        quiet_third_party(VERBOSITY.verbose)
+        command = super().get_command(ctx, cmd_name)
+        quiet_third_party(VERBOSITY.verbose)
+        return command
+
+
+@click.group("edgeprune", cls=EdgepruneCommand, lazy_verbs=VERBS,
+             context_settings={"help_option_names": ["-h", "--help"], "max_content_width": 120},
              epilog=epilog(["edgeprune fit --device host --max-mb 30", "edgeprune fit --help"],
                            EXIT_CODES) + f"\n\nEnvironment: {ENVIRONMENT}")
-@click.version_option(version("edgeprune"), "--version", prog_name="edgeprune")
+@click.version_option(__version__, "--version", prog_name="edgeprune")
 @click.option("--config", metavar="PATH", expose_value=False,
               help="the project file (default: edgeprune.toml in the working folder): option defaults, flags win")
 @click.option(QUIET_FLAG, is_flag=True, expose_value=False, help="no progress on stderr, only errors and warnings "
@@ -61,11 +89,6 @@ def cli() -> None:
     """Prune attention heads, quantize, export and benchmark transformers until they fit an edge device.
 
     Options may also come from edgeprune.toml in the working folder or --config PATH."""
-
-
-for command in (fit_command, score_command, prune_command, distill_command, quantize_command, export_command,
-                bench_command, devices_group):
-    cli.add_command(command)
 
 
 def split_flags(argv: list[str]) -> tuple[bool, bool, bool, list[str]]:
@@ -97,12 +120,11 @@ def parse_options(argv: Sequence[str]) -> dict[str, Any]:
 
 
 def run_command(group: click.Group, argv: list[str], extra: dict[str, Any]) -> int:
-    from edgeprune.progress import VERBOSITY, quiet_third_party
+    from edgeprune.progress import VERBOSITY
 
     debug, quiet, verbose, argv = split_flags(argv)
     before = (VERBOSITY.quiet, VERBOSITY.verbose)
     VERBOSITY.quiet, VERBOSITY.verbose = quiet, verbose
-    quiet_third_party(verbose)
     try:
         return invoke(group, argv, debug, extra)
     finally:  # --quiet is this call's: a Python caller's later Progress objects print as before

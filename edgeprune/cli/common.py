@@ -3,7 +3,6 @@
 import json
 import math
 import os
-import tempfile
 from collections.abc import Callable
 from pathlib import Path
 from types import SimpleNamespace
@@ -203,6 +202,8 @@ def _check_writable_above(path: Path, flag: str) -> None:
 
 
 def _probe(folder: Path, flag: str, path: Path) -> None:
+    import tempfile
+
     try:
         handle, name = tempfile.mkstemp(dir=folder, prefix=".edgeprune-write-test-")
     except OSError as error:

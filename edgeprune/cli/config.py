@@ -4,13 +4,11 @@ Top-level keys apply to every verb that has the option; a `[fit]` (or `[score]`,
 verb. Keys are option names with `_` or `-` (`max_mb`, `text-column`); paths are relative to the file.
 """
 
-import tomllib
 from pathlib import Path
 from typing import Any
 
 import click
 
-from edgeprune.data.base import read_text
 from edgeprune.errors import UserInputError
 
 PROJECT_FILE = "edgeprune.toml"
@@ -42,6 +40,10 @@ def read_project_file(explicit: Path | None, cwd: Path | None = None) -> tuple[P
         if path.exists():
             raise UserInputError(f"{path} is not a file; the project file is a TOML file")
         return None, {}
+    import tomllib
+
+    from edgeprune.data.base import read_text  # only with a project file: `--help` stays fast
+
     text = read_text(path, what="project file")
     try:
         return path, tomllib.loads(text)
@@ -92,7 +94,11 @@ def project_defaults(group: click.Group, explicit: Path | None) -> dict[str, Any
 def leaf_commands(group: click.Group, prefix: str = "") -> dict[str, click.Command]:
     """Every verb that runs, by its path under `edgeprune` ("fit", "devices check")."""
     found: dict[str, click.Command] = {}
-    for name, command in group.commands.items():
+    context = click.Context(group)
+    for name in group.list_commands(context):
+        command = group.get_command(context, name)
+        if command is None:
+            continue
         if isinstance(command, click.Group):
             found.update(leaf_commands(command, f"{prefix}{name} "))
         else:
