@@ -66,14 +66,16 @@ def tiny_classifier_dir(folder: Path, labels: list[str], seed: int = 0) -> Path:
     return folder
 
 
-def tiny_llama_dir(folder: Path, seed: int = 0) -> Path:
+def tiny_llama_dir(folder: Path, seed: int = 0, heads: int = 4, kv_heads: int = 2, layers: int = 2,
+                   vocab_size: int = 30522) -> Path:
     """A tiny random Llama (grouped-query attention) with the MiniLM word-piece tokenizer."""
     from transformers import LlamaConfig, LlamaForCausalLM
 
     torch.manual_seed(seed)
-    config = LlamaConfig(vocab_size=30522, hidden_size=32, intermediate_size=64, num_hidden_layers=2,
-                         num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=64,
-                         attn_implementation="eager", pad_token_id=0)
+    config = LlamaConfig(vocab_size=vocab_size, hidden_size=32, intermediate_size=64, num_hidden_layers=layers,
+                         num_attention_heads=heads, num_key_value_heads=kv_heads, max_position_embeddings=64,
+                         head_dim=32 // heads, attn_implementation="eager", pad_token_id=0, eos_token_id=102,
+                         bos_token_id=101)
     LlamaForCausalLM(config).eval().save_pretrained(folder)
     copy_tokenizer(folder)
     return folder

@@ -3,13 +3,22 @@
 import copy
 
 import numpy as np
+import pytest
 import torch
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from edgeprune import HeadScores
 from edgeprune.models import adapter_for
-from edgeprune.pruning import Constraints, apply_plan, plan_global_topk, plan_per_layer
+from edgeprune.models.llama import gqa_removal_is_valid
+from edgeprune.pruning import (
+    Constraints,
+    apply_plan,
+    nearest_reachable,
+    plan_global_topk,
+    plan_per_layer,
+    reachable_head_plans,
+)
 
 
 def _llama():
@@ -48,3 +57,18 @@ def test_per_layer_snaps_to_whole_groups_or_equal_shares():
     assert plan.kept_heads == [[3, 4, 5]] * 3  # the weaker KV group goes whole
     plan = plan_per_layer(scores, 2, Constraints.for_model(LLAMA))
     assert all(len(k) == 4 for k in plan.kept_heads)  # one head from each group
+
+
+@pytest.mark.parametrize("seed", range(4))
+def test_reachable_plans_remove_exactly_their_key(seed):
+    scores = HeadScores(np.random.default_rng(seed).random((3, 6)), "random", 0)
+    grouped = Constraints(kv_heads=(3, 3, 3))  # 6 query heads in 3 groups of 2
+    plans = reachable_head_plans(scores, grouped)
+    assert 0 in plans and 0 < len(plans) < 16  # 15 removable heads, not every count reachable in groups of 2
+    for count, plan in plans.items():
+        assert plan.heads_removed == count
+        assert all(gqa_removal_is_valid(6, 3, heads) is None for heads in plan.removed_heads.values())
+    assert nearest_reachable(plans, 7) in plans
+    dense = reachable_head_plans(scores, Constraints())  # without groups: every count, global top-k's own plan
+    assert sorted(dense) == list(range(16))
+    assert all(dense[n].kept_heads == plan_global_topk(scores, n).kept_heads for n in range(16))

@@ -40,3 +40,24 @@ def plan_global_topk(scores: HeadScores, remove: int, min_heads_per_layer: int =
 @register_strategy("global-topk", ("remove",), "heads to remove in all")
 def select_global_topk(scores: HeadScores, amount: SelectionAmount, constraints: Constraints) -> PruningPlan:
     return plan_global_topk(scores, amount.remove, constraints=constraints)
+
+
+def reachable_head_plans(scores: HeadScores, constraints: Constraints) -> dict[int, PruningPlan]:
+    """Every global top-k plan, keyed by the number of heads it really removes: the first (least) request that
+    removes that many wins. Without grouped-query attention every count 0..removable is there, each the plan
+    `plan_global_topk` makes for it; with it, a layer's removal snaps to whole KV groups or the same number of
+    heads from every group (`round_to_gqa`), so some counts cannot be reached and are absent. A search over
+    these keys asks only for structures that exist, and the count it reports is the one removed."""
+    heads = present_heads(scores)
+    removable = sum(max(0, len(h) - constraints.min_heads_per_layer) for h in heads)
+    absent = sum(scores.scores.shape[1] - len(h) for h in heads)  # gone before these scores (NaN)
+    plans: dict[int, PruningPlan] = {}
+    for remove in range(removable + 1):
+        plan = plan_global_topk(scores, remove, constraints=constraints)
+        plans.setdefault(plan.heads_removed - absent, plan)
+    return plans
+
+
+def nearest_reachable(plans: dict[int, PruningPlan], wanted: int) -> int:
+    """The reachable count closest to `wanted` (the smaller on a tie)."""
+    return min(plans, key=lambda count: (abs(count - wanted), count))

@@ -15,7 +15,6 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-import numpy as np
 import torch
 from torch import nn
 
@@ -25,9 +24,8 @@ from edgeprune.devices.transports.base import Transport
 from edgeprune.errors import UserInputError
 from edgeprune.export import RUNTIMES, ExportJob, content_key, export, load_artifact
 from edgeprune.importance import HeadScores
-from edgeprune.models import adapter_for
 from edgeprune.progress import Progress
-from edgeprune.pruning import PruningPlan, measure_flops, plan_global_topk
+from edgeprune.pruning import PruningPlan, measure_flops
 from edgeprune.pruning.compensation import HeadOutputMeans
 from edgeprune.pruning.ffn import intermediate_sizes, plan_neurons
 from edgeprune.pruning.structure import StructureCompensation, StructurePlan, apply_structure, ffn_kept_from_removal
@@ -37,6 +35,7 @@ from edgeprune.quantize.vocabulary import VocabularyMap, trim_vocabulary
 from edgeprune.search.budget import Budget
 from edgeprune.search.build_job import BuildJob, RecoverySpec
 from edgeprune.search.estimate import HostEstimator
+from edgeprune.search.head_plans import HeadPlanner
 from edgeprune.search.journal import Journal
 from edgeprune.search.latency import LatencyModel
 from edgeprune.search.options import FitOptions
@@ -104,7 +103,8 @@ class CandidateBuilder:
         self.example = task.example_inputs("validation", 1)[0]
         self.verify_inputs = task.example_inputs("validation", options.verify_examples)
         self.suffix = RUNTIMES.get(runtime).suffix
-        self.layers = len(adapter_for(teacher).attention_blocks(teacher))
+        self.planner = HeadPlanner(teacher, scores, task, options, self.shared)
+        self.layers = self.planner.layers
         # layer counts the model allows (a 2-layer model can lose 1); the defaults are for 6+ layers
         self.layer_counts = tuple(c for c in options.layer_removals if c < self.layers) or (0,)
         # shapes at 0 and at all removable heads removed → their layouts; (recipe, such a shape) → payload bytes
@@ -119,36 +119,13 @@ class CandidateBuilder:
         self.started = time.perf_counter()
 
     def removed_layers(self, count: int) -> list[int]:
-        """The `count` consecutive layers of the teacher that change its hidden states least (angular distance)."""
-        if count == 0:
-            return []
-        if count not in self.shared.removed_layers:
-            from edgeprune.importance import score_layers
-
-            inputs = calibration_inputs(self.task, self.options)
-            scores = score_layers(self.teacher, inputs, "angular-distance", block_size=count)
-            start = int(np.argmin(scores.scores))
-            self.shared.removed_layers[count] = list(range(start, start + count))
-        return self.shared.removed_layers[count]
+        return self.planner.removed_layers(count)
 
     def head_counts(self, layers_removed: int = 0) -> list[int]:
-        """Heads-removed counts the search tries: multiples of the step up to all removable in the kept layers."""
-        gone = set(self.removed_layers(layers_removed))
-        blocks = adapter_for(self.teacher).attention_blocks(self.teacher)
-        removable = sum(max(0, b.num_heads - self.options.min_heads_per_layer)
-                        for i, b in enumerate(blocks) if i not in gone)
-        step = self.options.head_step or max(1, self.layers)
-        return sorted(set(range(0, removable + 1, step)) | {removable})
+        return self.planner.head_counts(layers_removed)
 
     def plan(self, heads_removed: int, layers_removed: int = 0) -> PruningPlan:
-        """Global top-k over the layers that stay (a removed layer's heads go with it)."""
-        scores = self.scores
-        gone = self.removed_layers(layers_removed)
-        if gone:
-            values = scores.scores.copy()
-            values[gone] = np.where(np.isnan(values[gone]), np.nan, np.inf)
-            scores = dataclasses.replace(scores, scores=values)
-        return plan_global_topk(scores, heads_removed, self.options.min_heads_per_layer)
+        return self.planner.plan(heads_removed, layers_removed)
 
     def neuron_statistics(self) -> Any:
         if self.shared.neurons is None:

@@ -22,7 +22,16 @@ from torch import nn
 from edgeprune.importance import HeadScores, ScoringChoice, score_heads
 from edgeprune.models import adapter_for
 from edgeprune.progress import Progress
-from edgeprune.pruning import StructureCompensation, StructurePlan, apply_structure, plan_global_topk
+from edgeprune.pruning import (
+    Constraints,
+    PruningPlan,
+    StructureCompensation,
+    StructurePlan,
+    apply_structure,
+    nearest_reachable,
+    plan_global_topk,
+    reachable_head_plans,
+)
 from edgeprune.pruning.compensation import HeadOutputMeans
 from edgeprune.search.choice import quality_tolerance
 from edgeprune.search.journal import Journal
@@ -47,6 +56,7 @@ class ScoringTrial:
     compensate: bool
     quality: Quality
     seconds: float  # scoring plus pruning plus evaluation
+    heads_removed: int = 0  # by this ranking's plan: grouped-query layers snap to whole KV groups
 
 
 @dataclass
@@ -107,6 +117,7 @@ def choose_scoring(teacher: nn.Module, task: Task, batches: Sequence[dict[str, t
     PyTorch estimate for that structure)."""
     progress = progress or task.progress
     heads_removed, heads = probe_heads_removed(teacher, min_heads_per_layer, head_step)
+    constraints = Constraints.for_model(teacher, min_heads_per_layer)  # grouped-query layers lose whole groups
     decision = ScoringDecision(heads_removed, heads, tolerance=tolerance)
     if heads_removed == 0:  # no head can go (one per layer): every ranking prunes nothing, the default stands
         candidates = candidates[:1]
@@ -120,19 +131,31 @@ def choose_scoring(teacher: nn.Module, task: Task, batches: Sequence[dict[str, t
                 scored[candidate.criterion] = score_heads(teacher, bar.track(batches), candidate.criterion,
                                                           loss_fn=task.loss)
         raw = copy.deepcopy(scored[candidate.criterion])
-        plan = plan_global_topk(raw.normalize_per_layer(candidate.normalize), heads_removed, min_heads_per_layer)
+        plan, removed = probe_plan(raw.normalize_per_layer(candidate.normalize), heads_removed, constraints)
         pruned = apply_structure(copy.deepcopy(teacher), StructurePlan(plan), StructureCompensation(means, None))
         quality = task.batched_quality(pruned, "validation")
         decision.trials.append(ScoringTrial(candidate.criterion, candidate.normalize, means is not None, quality,
-                                            round(time.perf_counter() - started, 1)))
+                                            round(time.perf_counter() - started, 1), removed))
         winners.append(raw)
         progress.note(f"  {candidate.criterion} ({candidate.normalize} per layer): validation {quality.metric} "
-                      f"{quality.value:.4f} with {heads_removed} of {heads} heads removed (PyTorch)")
+                      f"{quality.value:.4f} with {removed} of {heads} heads removed (PyTorch)")
     decision.chosen = best_trial(decision.trials, tolerance)
+    decision.heads_removed = decision.trials[decision.chosen].heads_removed
     progress.note(decision.describe())
     raw = winners[decision.chosen]
     raw.extra[SCORING_KEY] = to_jsonable(decision)
     return raw, decision.trials[decision.chosen].quality
+
+
+def probe_plan(scores: HeadScores, heads_removed: int, constraints: Constraints) -> tuple[PruningPlan, int]:
+    """(plan, heads it removes) at the probe: global top-k; with grouped-query attention the reachable plan
+    nearest to it, the one the search's `HeadPlanner` builds for that count (the winner's estimate is journaled
+    under it)."""
+    if constraints.kv_heads is None:
+        return plan_global_topk(scores, heads_removed, constraints=constraints), heads_removed
+    reachable = reachable_head_plans(scores, constraints)
+    count = nearest_reachable(reachable, heads_removed)
+    return reachable[count], count
 
 
 def best_trial(trials: Sequence[ScoringTrial], tolerance: float) -> int:

@@ -1,0 +1,54 @@
+"""A grouped-query decoder through `fit` as a user runs it: every plan the fit makes (the scoring comparison's
+probe, each candidate, the most compressed one) removes whole KV groups or the same number of query heads from
+every group, and the counts the search reports are the ones removed."""
+
+import contextlib
+import io
+import json
+
+import pytest
+
+from edgeprune.cli import main
+from edgeprune.models.llama import gqa_removal_is_valid
+from tests._byo import tiny_llama_dir, topic_rows, write_jsonl
+
+
+def decoder_data(folder):
+    rows = topic_rows()
+    return write_jsonl(folder / "text.jsonl", [{"text": " ".join(r["text"] for r in rows[i:i + 4])}
+                                               for i in range(0, 24, 2)])
+
+
+@pytest.fixture(scope="module")
+def gqa_fit(tmp_path_factory):
+    """8 query heads over 2 KV heads per layer: a probe at half the removable heads (7) cannot split evenly
+    between the two layers, which crashed fit before its plans snapped to whole groups."""
+    folder = tmp_path_factory.mktemp("gqa-fit")
+    model = tiny_llama_dir(folder / "llama", heads=8, kv_heads=2)
+    out, printed = folder / "fit", io.StringIO()
+    with pytest.MonkeyPatch.context() as patch, contextlib.redirect_stdout(printed):
+        patch.setenv("EDGEPRUNE_CACHE", str(folder / "cache"))
+        code = main(["fit", "--task", "causal-lm", "--model", str(model), "--data", str(decoder_data(folder)),
+                     "--max-length", "16", "--device", "host", "--max-mb", "7.925", "--recipe", "fp32",
+                     "--ffn-fractions", "0", "--layer-removals", "0", "--scoring-examples", "8", "--quiet",
+                     "--json", "--out", str(out)])
+    result = json.loads(printed.getvalue())
+    return code, result, out
+
+
+def test_a_gqa_decoder_fits_through_the_cli(gqa_fit):
+    code, result, out = gqa_fit
+    assert code == 0, result["message"]
+    assert (out / "model.pte").exists() and result["fitted"]["file_bytes"] <= 7.925e6
+
+
+def test_every_plan_of_the_fit_is_valid_grouped_query(gqa_fit):
+    _, result, _ = gqa_fit
+    kept = result["fitted"]["plan"]["heads"]["kept_heads"]
+    for layer in kept:
+        assert gqa_removal_is_valid(8, 2, [h for h in range(8) if h not in layer]) is None
+    removed = result["fitted"]["plan"]["heads"]["heads_removed"]
+    assert removed == 16 - sum(len(layer) for layer in kept)
+    # each candidate's reported count is a count whole groups allow (even per layer of 8 heads in 2 groups)
+    counts = [trial["heads_removed"] for trial in result["trials"]]
+    assert counts and all(count % 2 == 0 for count in counts) and removed in counts
