@@ -45,6 +45,8 @@ VERBS = {
                        "against PyTorch (summary beside it: OUT.json)."),
     "bench": LazyVerb("edgeprune.cli.artifacts:bench_command",
                       "Benchmark an artifact in a separate process on a device; save JSON and Markdown."),
+    "cache": LazyVerb("edgeprune.cli.cache:cache_command", "The teachers, exports and wheels edgeprune keeps in its "
+                      "cache folder ($EDGEPRUNE_CACHE), with their sizes."),
     "devices": LazyVerb("edgeprune.cli.devices:devices_group",
                         "Device profiles; whether a device answers; a board's environment."),
 }

@@ -19,6 +19,8 @@ from typing import Any
 
 from torch import nn
 
+from edgeprune.cache import write_entry
+from edgeprune.export.artifacts import export_producers, runtime_of
 from edgeprune.progress import Progress
 from edgeprune.quantize import RECIPES
 from edgeprune.search.build_job import BuildJob, BuildOutcome
@@ -26,7 +28,6 @@ from edgeprune.search.builder import CandidateBuilder
 from edgeprune.search.recovering import line_parent, needs_recovery, record_recovery
 from edgeprune.search.searcher import Proposal
 from edgeprune.search.space import Shape
-from edgeprune.serialization import write_bytes_atomic
 from edgeprune.tasks.base import Task
 
 AUTO_DEPTH = 2  # builds ahead when the cluster has other machines and the user said nothing
@@ -145,7 +146,8 @@ class RayBuildsAhead:
             data = shared.read_bytes()
         if data is None:
             return
-        write_bytes_atomic(target.parent / outcome.file_name, data)  # named after its weights, known there
+        landed = target.parent / outcome.file_name  # named after its weights, known there
+        write_entry(landed, data, export_producers(runtime_of(landed) or "executorch"))
         if outcome.recovered is not None:
             self.recoveries[key] = outcome
         self.progress.note(f"  the build ahead of {key[0]}, {key[1].describe()} landed ({outcome.seconds:.0f} s on "

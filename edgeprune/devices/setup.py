@@ -20,6 +20,7 @@ from importlib import metadata
 from pathlib import Path
 from typing import Any
 
+from edgeprune.cache import read_entry, record_file, record_path
 from edgeprune.devices.native_tools import build_on_board
 from edgeprune.devices.profile import EXECUTOR_RUNNER, DeviceProfile, Endpoint
 from edgeprune.devices.transports import Transport, open_transport
@@ -262,6 +263,9 @@ def download_wheels(runtimes: list[str], wanted: dict[str, str], arch: str, pyth
     pins_key = hashlib.sha256(json.dumps(sorted(wanted.items())).encode()).hexdigest()[:12]
     folder = cache / "wheels" / f"cp{''.join(python.split('.')[:2])}-{arch}-{'-'.join(runtimes)}-{pins_key}"
     folder.mkdir(parents=True, exist_ok=True)
+    for wheel in folder.glob("*.whl"):  # one cut off since (a full disk, a hand edit): removed, pip downloads it
+        if record_path(wheel).exists():
+            read_entry(wheel)
     before = set(folder.glob("*.whl"))
     options = [sys.executable, "-m", "pip", "download", "--quiet", "--disable-pip-version-check", "-d", str(folder),
                *wheel_platform(arch, python)]
@@ -276,6 +280,9 @@ def download_wheels(runtimes: list[str], wanted: dict[str, str], arch: str, pyth
             raise EdgepruneError(f"cannot download {arch} wheels for python {python} ({', '.join(pins)}): "
                                  f"{reason[0].strip()}")
     wheels = sorted(folder.glob("*.whl"))
+    for wheel in wheels:  # pip writes them whole; a record lets the next setup check them
+        if not record_path(wheel).exists():
+            record_file(wheel, ("pip",))
     sys.stderr.write(f"edgeprune: {len(set(wheels) - before)} new wheels in {folder} ({len(wheels)} in all)\n")
     return wheels
 

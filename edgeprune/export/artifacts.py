@@ -9,11 +9,13 @@ from pathlib import Path
 import torch
 from torch import nn
 
+from edgeprune.cache import read_entry, write_entry
 from edgeprune.errors import UserInputError, VerificationError
 from edgeprune.export.base import HEAD_BYTES, DeviceRuntime, RunArtifact
 from edgeprune.export.executorch import ExecutorchRuntime
 from edgeprune.export.litert import LiteRTRuntime
 from edgeprune.export.verify import Verification, compare_artifact, rejection
+from edgeprune.extras import EXTRAS
 from edgeprune.progress import library_output_hidden
 from edgeprune.quantize.recipes import RECIPES, Recipe
 from edgeprune.registry import Registry
@@ -85,7 +87,8 @@ def export(
 ) -> ExportedArtifact:
     """Quantize `module` by `recipe`, lower it for the recipe's runtime and write it to `path`: the export stage.
 
-    With `cache_dir` and `cache_key` (see `content_key`), an identical earlier export is reused.
+    With `cache_dir` and `cache_key` (see `content_key`), an identical earlier export is reused (one that does not
+    match its cache record is one warning, and exported again: `edgeprune.cache`).
     `calibration`: real inputs for calibrated recipes (`Recipe.calibrated`); include the calibration data's
     identity in `cache_key` when it can change for the same weights.
     With `verify_on` (real inputs, as the artifact takes them) the artifact is run on each and compared with the
@@ -95,14 +98,17 @@ def export(
     """
     recipe = RECIPES.get(recipe) if isinstance(recipe, str) else recipe
     RUNTIMES.get(recipe.runtime).require()  # before recipe.apply, which may need the runtime's quantizer
-    suffix = RUNTIMES.get(recipe.runtime).suffix
-    cache_hit = cache_dir is not None and cache_key is not None and (Path(cache_dir) / f"{cache_key}{suffix}").exists()
+    cached_file = cache_file(recipe, cache_dir, cache_key)
     # a cache hit needs no quantized module, unless it is verified; calibrating costs a pass over every input
-    if cache_hit and verify_on is None:
-        prepared = module
-    else:
-        with library_output_hidden():
-            prepared = recipe.apply(module, calibration)
+    if cached_file is not None and verify_on is None:
+        start = time.perf_counter()
+        data = read_entry(cached_file, producers=export_producers(recipe.runtime))
+        if data is not None:
+            write_bytes_atomic(Path(path), data)
+            return ExportedArtifact(Path(path), recipe.runtime, recipe.name, len(data), time.perf_counter() - start,
+                                    True)
+    with library_output_hidden():
+        prepared = recipe.apply(module, calibration)
     artifact = export_prepared(prepared, example_inputs, path, recipe, cache_dir, cache_key)
     if verify_on is None:
         return artifact
@@ -125,16 +131,29 @@ def export_prepared(
     runtime = RUNTIMES.get(recipe.runtime)
     runtime.require()
     start = time.perf_counter()
-    cached_file = cache_dir / f"{cache_key}{runtime.suffix}" if cache_dir is not None and cache_key else None
-    if cached_file is not None and cached_file.exists():
-        data, cached = cached_file.read_bytes(), True
-    else:
+    cached_file = cache_file(recipe, cache_dir, cache_key)
+    data = read_entry(cached_file, producers=export_producers(recipe.runtime)) if cached_file is not None else None
+    cached = data is not None
+    if data is None:
         with library_output_hidden():  # the converters' own stage lines and C++ logs
-            data, cached = runtime.lower(prepared, example_inputs, recipe), False
+            data = runtime.lower(prepared, example_inputs, recipe)
         if cached_file is not None:
-            write_bytes_atomic(cached_file, data)
+            write_entry(cached_file, data, export_producers(recipe.runtime))
     write_bytes_atomic(Path(path), data)
     return ExportedArtifact(Path(path), recipe.runtime, recipe.name, len(data), time.perf_counter() - start, cached)
+
+
+def cache_file(recipe: Recipe, cache_dir: Path | None, cache_key: str | None) -> Path | None:
+    """Where the export cache keeps the artifact of `cache_key` (None: no cache)."""
+    if cache_dir is None or not cache_key:
+        return None
+    return Path(cache_dir) / f"{cache_key}{RUNTIMES.get(recipe.runtime).suffix}"
+
+
+def export_producers(runtime: str) -> tuple[str, ...]:
+    """The packages whose versions an export's cache record names, and that must match for it to be reused: torch
+    and the runtime's (an artifact lowered by another ExecuTorch may not load in this one)."""
+    return ("torch", *EXTRAS.get(RUNTIMES.get(runtime).extra, {}).values())
 
 
 def runtime_of(path: Path) -> str | None:

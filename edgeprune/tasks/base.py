@@ -17,6 +17,7 @@ from typing import TYPE_CHECKING, Any, ClassVar
 import torch
 from torch import nn
 
+from edgeprune.cache import cache_root
 from edgeprune.data import DataSplits, SplitRatios
 from edgeprune.errors import UserInputError
 from edgeprune.progress import Progress
@@ -34,7 +35,8 @@ RuntimeRun = Callable[..., list[torch.Tensor]]  # an artifact run by its runtime
 
 
 def default_cache_dir() -> Path:
-    return Path(os.environ.get("EDGEPRUNE_CACHE", Path.home() / ".cache" / "edgeprune"))
+    """The cache folder (`edgeprune.cache.cache_root`): $EDGEPRUNE_CACHE, else ~/.cache/edgeprune."""
+    return cache_root()
 
 
 @dataclass

@@ -1,14 +1,18 @@
 """Text classification: the model's own classification head, or an encoder with mean pooling and a linear head
 fitted on the dense embeddings of the calibration split."""
 
+import io
+import pickle
 import time
 from dataclasses import dataclass
 from functools import cached_property
+from pathlib import Path
 
 import torch
 import torch.nn.functional as F
 from torch import nn
 
+from edgeprune.cache import discard, read_entry, write_entry
 from edgeprune.errors import UserInputError
 from edgeprune.models.classifier import EncoderClassifier, SequenceClassifier
 from edgeprune.serialization import write_json_atomic
@@ -106,23 +110,35 @@ class TextClassificationTask(TextTask):
         encoder = self.load_encoder()
         cache_file = self.cache_dir / "teachers" / f"{self.name}-{self.cache_key()}.pt"
         classifier = nn.Linear(encoder.config.hidden_size, len(self.labels))
-        if cache_file.exists():
-            saved = torch.load(cache_file)
-            classifier.load_state_dict(saved["classifier"])
+        saved = self.cached_head(cache_file, classifier)
+        if saved is not None:
             model = EncoderClassifier(encoder, classifier).eval()
             self.progress.note(f"teacher loaded from cache {cache_file}")
-            return Teacher(model, Quality(**saved["validation"]), Quality(**saved["test"]),
-                           time.perf_counter() - started, cached=True, labels=saved["labels"])
+            validation, test, labels = saved
+            return Teacher(model, validation, test, time.perf_counter() - started, cached=True, labels=labels)
         embeddings = self.embed(encoder, "calibration")
         fit_linear_head(classifier, embeddings, self.encode("calibration")["labels"])
         model = EncoderClassifier(encoder, classifier).eval()
         validation, test = self.quality(model, "validation"), self.quality(model, "test")
-        cache_file.parent.mkdir(parents=True, exist_ok=True)
-        partial = cache_file.with_suffix(".partial")
+        buffer = io.BytesIO()
         torch.save({"classifier": classifier.state_dict(), "labels": self.labels, "validation": vars(validation),
-                    "test": vars(test)}, partial)
-        partial.replace(cache_file)
+                    "test": vars(test)}, buffer)
+        write_entry(cache_file, buffer.getvalue(), ("torch",))
         return Teacher(model, validation, test, time.perf_counter() - started, cached=False, labels=self.labels)
+
+    def cached_head(self, cache_file: Path, classifier: nn.Linear) -> tuple[Quality, Quality, list[str]] | None:
+        """The head fitted before, loaded into `classifier`, with its validation and test quality and labels, from
+        the teacher cache; None when it holds none, or a damaged one (removed, with one warning: built again)."""
+        data = read_entry(cache_file, self.progress.warn)
+        if data is None:
+            return None
+        try:
+            saved = torch.load(io.BytesIO(data))
+            classifier.load_state_dict(saved["classifier"])
+            return Quality(**saved["validation"]), Quality(**saved["test"]), list(saved["labels"])
+        except (RuntimeError, ValueError, KeyError, TypeError, EOFError, pickle.UnpicklingError) as error:
+            discard(cache_file, f"torch cannot load it: {type(error).__name__}", self.progress.warn)
+            return None
 
     @torch.no_grad()
     def embed(self, encoder: nn.Module, split: Split, batch_size: int = 32) -> torch.Tensor:
