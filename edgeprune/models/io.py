@@ -257,7 +257,7 @@ def _read_config(directory: Path) -> Any:
     if not isinstance(_read_json(path), dict):
         raise UserInputError(f"{path} does not hold a JSON object; is it a model config?")
     try:
-        return transformers.AutoConfig.from_pretrained(directory)
+        return transformers.AutoConfig.from_pretrained(directory, local_files_only=True)
     except (OSError, ValueError, KeyError, TypeError) as error:
         raise UserInputError(f"{path}: not a config transformers can read ({_one_line(error)})") from None
 

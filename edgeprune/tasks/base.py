@@ -6,7 +6,6 @@ verify, evaluate, fit) only talk to this interface, so a team's own model and da
 """
 
 import hashlib
-import os
 from abc import ABC, abstractmethod
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
@@ -25,8 +24,6 @@ from edgeprune.tasks.compatibility import check_model_for_task, check_weight_fil
 
 if TYPE_CHECKING:
     from edgeprune.quantize.vocabulary import VocabularyMap
-
-os.environ.setdefault("HF_HUB_OFFLINE", "1")  # models come from local folders; never from a hub
 
 Split = str  # "calibration" | "validation" | "test"
 SPLITS: tuple[Split, ...] = ("calibration", "validation", "test")

@@ -39,7 +39,7 @@ def read_config(path: Path) -> Any:  # a transformers PretrainedConfig
     from transformers import AutoConfig
 
     try:
-        return AutoConfig.from_pretrained(path)
+        return AutoConfig.from_pretrained(path, local_files_only=True)
     except (OSError, ValueError, KeyError, TypeError, AttributeError, RecursionError) as error:
         message = " ".join(str(error).split())
         message = message if len(message) <= 300 else message[:300] + "..."

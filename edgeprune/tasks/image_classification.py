@@ -60,7 +60,7 @@ class ImageClassificationTask(Task):
             return sorted(calibration)
         from transformers import AutoConfig
 
-        config = AutoConfig.from_pretrained(self.model_path)
+        config = AutoConfig.from_pretrained(self.model_path, local_files_only=True)
         names = [str(config.id2label[i]) for i in range(config.num_labels)]
         everything = {item.label for split in ("calibration", "validation", "test") for item in self.split_items(split)}
         if not everything <= set(names):

@@ -44,7 +44,7 @@ class TextTask(Task):
         from transformers import AutoTokenizer
 
         try:
-            tokenizer = AutoTokenizer.from_pretrained(self.model_path)
+            tokenizer = AutoTokenizer.from_pretrained(self.model_path, local_files_only=True)
         except Exception as error:  # tokenizers raises a bare Exception on a broken tokenizer.json
             message = " ".join(str(error).split())[:300]
             raise UserInputError(f"cannot load a tokenizer from {self.model_path} ({type(error).__name__}: "
@@ -102,11 +102,11 @@ def load_model_folder(path: Path, auto_class: str, **kwargs: object) -> nn.Modul
     from edgeprune.models.io import load
 
     try:
-        config = AutoConfig.from_pretrained(path)
+        config = AutoConfig.from_pretrained(path, local_files_only=True)
         if hasattr(config, KEPT_HEADS_CONFIG_KEY):
             model = load(path)  # pruned by edgeprune: per-layer head counts
         else:
-            model = getattr(transformers, auto_class).from_pretrained(path, dtype=torch.float32,
+            model = getattr(transformers, auto_class).from_pretrained(path, dtype=torch.float32, local_files_only=True,
                                                                       attn_implementation="eager", **kwargs)
     except UserInputError:
         raise

@@ -64,7 +64,7 @@ class TextClassificationTask(TextTask):
         """The head's label names in output order, checked against the labels of the data."""
         from transformers import AutoConfig
 
-        config = AutoConfig.from_pretrained(self.model_path)
+        config = AutoConfig.from_pretrained(self.model_path, local_files_only=True)
         names = [str(config.id2label[i]) for i in range(config.num_labels)]
         everything = data_labels | {item.label for split in ("validation", "test") for item in self.split_items(split)}
         if everything <= set(names):
