@@ -27,7 +27,7 @@ class Verbosity:
 VERBOSITY = Verbosity()
 # the libraries whose logging and warnings are noise to an edgeprune user: load reports, optional kernels not found
 NOISY_LIBRARIES = ("transformers", "torchao", "torch", "executorch", "huggingface_hub", "sentence_transformers",
-                   "datasets", "absl", "tensorflow", "litert_torch", "ai_edge_litert", "ai_edge_torch", "jax")
+                   "datasets", "absl", "tensorflow", "litert_torch", "ai_edge_litert", "ai_edge_torch", "jax", "ray")
 
 
 def is_terminal(stream: TextIO) -> bool:
