@@ -27,7 +27,7 @@ def test_version_is_the_installed_package_version(runner):
 def test_help_lists_every_verb_the_exit_codes_and_the_environment(runner):
     result = runner.invoke(cli, ["--help"])
     assert result.exit_code == 0
-    for verb in ("fit", "score", "prune", "distill", "quantize", "export", "bench", "devices"):
+    for verb in ("fit", "score", "prune", "distill", "quantize", "export", "bench", "cache", "devices"):
         assert f"\n  {verb} " in result.output, verb
     assert "Exit codes: 0 done" in result.output and "EDGEPRUNE_DEVICE" in result.output
 
@@ -42,7 +42,7 @@ def test_fit_help_shows_defaults_choices_examples_and_exit_codes(runner):
 
 
 @pytest.mark.parametrize("verb", [["fit"], ["score"], ["prune"], ["distill"], ["quantize"], ["export"], ["bench"],
-                                  ["devices", "list"], ["devices", "show"], ["devices", "check"],
+                                  ["cache"], ["devices", "list"], ["devices", "show"], ["devices", "check"],
                                   ["devices", "setup"]])
 def test_every_verb_has_help_with_examples_json_and_the_global_flags(runner, verb):
     text = runner.invoke(cli, [*verb, "--help"]).output
