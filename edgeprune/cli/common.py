@@ -163,6 +163,8 @@ def task_options(model_help: str | None = None) -> Callable:
                      "(default: 0.55,0.15,0.30)"),
         click.option("--seed", type=int, default=0, show_default=True, help="seed of the data split"),
         click.option("--max-length", type=int, default=128, show_default=True, help="tokens per input"),
+        click.option("--context", type=int, help="causal-lm: the KV cache's length, prompt plus generated tokens, "
+                     "the artifact is built for (default: 512 within the model's positions, at least --max-length)"),
     )
 
 
@@ -252,9 +254,14 @@ def build_task(args: SimpleNamespace):  # noqa: ANN201 - a Task
         raise UserInputError(f"--data goes with a task kind ({', '.join(TASKS.names())}), not the bundled {kind}")
     if args.model is None:
         raise UserInputError("--data needs --model: the Hugging Face model folder to fit to your data")
+    extra: dict[str, Any] = {}
+    if getattr(args, "context", None) is not None:
+        if kind != "causal-lm":
+            raise UserInputError(f"--context is the KV cache of a causal-lm generator; task {kind} has none")
+        extra["context"] = args.context
     return make_task(kind, args.model, data, text_column=args.text_column, label_column=args.label_column,
                      data_format=args.data_format, max_length=args.max_length, ratios=ratios, seed=args.seed,
-                     head=args.head, progress=progress)
+                     head=args.head, progress=progress, **extra)
 
 
 def _reject_constant(name: str) -> Any:

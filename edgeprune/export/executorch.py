@@ -9,6 +9,7 @@ from torch import nn
 from edgeprune.errors import VerificationError
 from edgeprune.export.base import DeviceRuntime, RunArtifact
 from edgeprune.export.program_facts import ProgramFacts, RuntimeInfo, TensorSpec, package_version
+from edgeprune.generation.program import ProgramSpec
 from edgeprune.progress import library_output_hidden
 from edgeprune.quantize.recipes import Recipe
 
@@ -38,10 +39,21 @@ class ExecutorchProgram:
 
         set_threadpool_once(threads or os.cpu_count() or 1)
         self.path = Path(path)
-        self._method = Runtime.get().load_program(str(self.path)).load_method("forward")
+        self._program = Runtime.get().load_program(str(self.path))
+        self._method = self._program.load_method("forward")
 
     def __call__(self, *inputs: torch.Tensor) -> list[torch.Tensor]:
         return list(self._method.execute(list(inputs)))
+
+    def constants(self) -> dict[str, object]:
+        """The program's constant methods (methods without inputs returning one value or a list), by name: the
+        metadata a generator carries for ExecuTorch's LLM runner."""
+        values: dict[str, object] = {}
+        for name in sorted(self._program.method_names - {"forward"}):
+            if self._program.metadata(name).num_inputs() == 0:
+                result = list(self._program.load_method(name).execute([]))
+                values[name] = result[0] if len(result) == 1 else result
+        return values
 
 
 class ExecutorchRuntime(DeviceRuntime):
@@ -72,9 +84,12 @@ class ExecutorchRuntime(DeviceRuntime):
         from executorch.exir import to_edge_transform_and_lower
 
         module.eval()  # not chained: a PT2E-converted module's eval() returns None
-        program = torch.export.export(module, example_inputs, strict=False)
-        lowered = to_edge_transform_and_lower(program, partitioner=[XnnpackPartitioner()])
-        return lowered.to_executorch().buffer
+        spec = module.program_spec(example_inputs) if hasattr(module, "program_spec") else None
+        if spec is None:
+            program = torch.export.export(module, example_inputs, strict=False)
+            lowered = to_edge_transform_and_lower(program, partitioner=[XnnpackPartitioner()])
+            return lowered.to_executorch().buffer
+        return lower_stateful(module, example_inputs, spec)
 
     def load(self, path: Path, threads: int | None = None) -> RunArtifact:
         return ExecutorchProgram(path, threads)
@@ -99,6 +114,28 @@ class ExecutorchRuntime(DeviceRuntime):
                             inputs, outputs, operators, delegates,
                             notes=["operators: the kernels the program calls outside its delegates; an app's "
                                    "runtime must link them and the delegates' backends"])
+
+
+def lower_stateful(module: nn.Module, example_inputs: tuple[torch.Tensor, ...], spec: ProgramSpec) -> bytes:
+    """A program with dynamic input lengths, buffers it mutates in place (a KV cache: memory-planned, not stored
+    in the file, kept between calls of one loaded method) and constant metadata methods; optimum-executorch's
+    recipe for LLMs (the passes size memory from the dynamic bounds, graph inputs are not planned)."""
+    from executorch.backends.xnnpack.partition.xnnpack_partitioner import XnnpackPartitioner
+    from executorch.exir import EdgeCompileConfig, ExecutorchBackendConfig, to_edge_transform_and_lower
+    from executorch.exir.passes import MemoryPlanningPass
+    from executorch.exir.passes.sym_shape_eval_pass import ConstraintBasedSymShapeEvalPass
+
+    # in-place cache writes next to parameters that require grad fail functionalization ("a leaf Variable that
+    # requires grad is being used in an in-place operation")
+    with torch.no_grad():
+        module.requires_grad_(False)
+        program = torch.export.export(module, example_inputs, dynamic_shapes=spec.dynamic_shapes, strict=False)
+        lowered = to_edge_transform_and_lower(program, partitioner=[XnnpackPartitioner()],
+                                              compile_config=EdgeCompileConfig(_check_ir_validity=False),
+                                              constant_methods=dict(spec.metadata))
+        config = ExecutorchBackendConfig(memory_planning_pass=MemoryPlanningPass(alloc_graph_input=False),
+                                         sym_shape_eval_pass=ConstraintBasedSymShapeEvalPass())
+        return lowered.to_executorch(config).buffer
 
 
 def _tensor_spec(info: object, name: str) -> TensorSpec:

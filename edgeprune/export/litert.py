@@ -13,7 +13,7 @@ import numpy as np
 import torch
 from torch import nn
 
-from edgeprune.errors import VerificationError
+from edgeprune.errors import UserInputError, VerificationError
 from edgeprune.export.base import DeviceRuntime, RunArtifact
 from edgeprune.export.program_facts import ProgramFacts, RuntimeInfo, TensorSpec, package_version
 from edgeprune.progress import library_output_hidden
@@ -81,6 +81,10 @@ class LiteRTRuntime(DeviceRuntime):
                                         "copy it again") from None
 
     def lower(self, module: nn.Module, example_inputs: tuple[torch.Tensor, ...], recipe: Recipe) -> bytes:
+        if hasattr(module, "program_spec") and module.program_spec(example_inputs) is not None:
+            # litert-torch's generative path (prefill/decode signatures, the cache as explicit state) is not wired
+            raise UserInputError("a KV-cached decoder exports to ExecuTorch only for now (LiteRT's prefill and "
+                                 "decode signatures are not built yet): use --runtime executorch")
         import litert_torch
 
         # the converter and the quantizer print progress to stdout, which belongs to edgeprune's results

@@ -1,5 +1,7 @@
 """The deployable module for text classification: encoder, mean pooling, linear head."""
 
+from typing import Any
+
 import torch
 from torch import nn
 
@@ -60,15 +62,64 @@ class EncoderEmbedder(nn.Module):
 
 
 class CausalLMLogits(nn.Module):
-    """A causal LM as the artifact runs it: token ids in, next-token logits out, no cache."""
+    """A causal LM as the artifact runs it: token ids in, next-token logits out.
 
-    def __init__(self, model: nn.Module) -> None:
+    With `context` (cache slots) it is also the KV-cached generator phones run: `forward(input_ids [1, S],
+    cache_position [S])` writes the tokens' keys and values into a static per-layer cache (sized from the weights
+    as they are, so after pruning too) and returns their logits; without `cache_position` it is the plain
+    full-sequence forward (any batch, no cache) that scoring, recovery and PyTorch evaluation use."""
+
+    def __init__(self, model: nn.Module, context: int | None = None) -> None:
         super().__init__()
         self.model = model
+        self.context = context
+        self.kv_cache: nn.Module | None = None  # a StaticKVCache, made on first cached use (non-persistent buffers)
 
-    def forward(self, input_ids: torch.Tensor, attention_mask: torch.Tensor | None = None) -> tuple[torch.Tensor]:
-        # the mask is for scoring batches (the text convention of the head criteria); the artifact takes ids only
-        return (self.model(input_ids=input_ids, attention_mask=attention_mask, use_cache=False).logits,)
+    def forward(self, input_ids: torch.Tensor, cache_position: torch.Tensor | None = None,
+                attention_mask: torch.Tensor | None = None) -> tuple[torch.Tensor]:
+        if cache_position is None:
+            # the mask is for scoring batches (the text convention of the head criteria); the artifact takes ids only
+            return (self.model(input_ids=input_ids, attention_mask=attention_mask, use_cache=False).logits,)
+        from edgeprune.generation import cached_forward
+
+        if not torch.compiler.is_compiling():  # under export the cache was sized by `program_spec`
+            self.refresh_cache()
+        return (cached_forward(self.model, self.kv_cache, input_ids, cache_position),)
+
+    def refresh_cache(self) -> None:
+        """(Re)make the KV cache when there is none or the weights' layout changed (heads or layers removed)."""
+        from edgeprune.generation import CacheLayout, StaticKVCache
+
+        if self.context is None:
+            raise ValueError("this causal LM has no context length: construct it with context=N to cache keys")
+        layout = CacheLayout.of(self.model, self.context)
+        if self.kv_cache is None or self.kv_cache.layout != layout:
+            self.kv_cache = StaticKVCache(layout)
+
+    def program_spec(self, example_inputs: tuple[torch.Tensor, ...]) -> "Any":
+        """The generator's dynamic prefill length (1 to the example's length) and the metadata ExecuTorch's LLM
+        runner reads; None for the plain forward."""
+        if len(example_inputs) < 2:
+            return None
+        from edgeprune.generation import ProgramSpec
+
+        self.refresh_cache()
+        config = self.model.config
+        prefill = int(example_inputs[0].shape[1])
+        tokens = torch.export.Dim("tokens", min=1, max=max(prefill, 2))
+        eos = config.eos_token_id if isinstance(config.eos_token_id, list) else [config.eos_token_id]
+        metadata: dict[str, Any] = {"get_max_seq_len": prefill, "get_max_context_len": self.context,
+                                    "use_kv_cache": True, "use_sdpa_with_kv_cache": False,
+                                    "enable_dynamic_shape": True, "get_vocab_size": int(config.vocab_size),
+                                    "get_n_layers": len(self.kv_cache.layout.kv_heads),
+                                    # edgeprune's own: the bytes of the cache buffers the program keeps
+                                    "get_kv_cache_bytes": sum(b.numel() * b.element_size()
+                                                              for b in self.kv_cache.buffers())}
+        if config.bos_token_id is not None:
+            metadata["get_bos_id"] = int(config.bos_token_id)
+        if eos and eos[0] is not None:
+            metadata["get_eos_ids"] = [int(e) for e in eos]
+        return ProgramSpec(({1: tokens}, {0: tokens}), metadata)
 
 
 class ImageClassifier(nn.Module):

@@ -60,7 +60,7 @@ WRAPPERS: dict[str, tuple[type[nn.Module], str, tuple[str, ...], tuple[str, ...]
     "EncoderClassifier": (EncoderClassifier, "encoder", ("classifier",), ()),
     "EncoderEmbedder": (EncoderEmbedder, "encoder", (), ("pooling", "normalize")),
     "SequenceClassifier": (SequenceClassifier, "model", (), ()),
-    "CausalLMLogits": (CausalLMLogits, "model", (), ()),
+    "CausalLMLogits": (CausalLMLogits, "model", (), ("context",)),
     "ImageClassifier": (ImageClassifier, "model", ("classifier",), ()),
 }
 

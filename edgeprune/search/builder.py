@@ -208,7 +208,7 @@ class CandidateBuilder:
         return int(self._interpolated(self._core, (), shape, lambda end: self._layouts[end].core_parameters))
 
     def flops(self, shape: Shape) -> int:
-        inputs = dict(zip(self.task.input_names, self.example, strict=True))
+        inputs = dict(zip(self.task.input_names, self.example[:len(self.task.input_names)], strict=True))
         return int(self._interpolated(self._flops, (), shape.structure,
                                       lambda end: measure_flops(self.pruned(end), inputs)))
 

@@ -83,13 +83,15 @@ def app_manifest(task: Task, artifact: Path, recipe: str, vocabulary: Vocabulary
     """The artifact's own manifest (read by its runtime), with the task's names, meanings and value ranges."""
     manifest = inspect_artifact(artifact)
     manifest.recipe, manifest.task, manifest.metric = recipe, task.kind, task.metric
-    if len(manifest.inputs) == len(task.input_names):
+    if len(manifest.inputs) == len(task.artifact_input_names):
         data = task.encode("validation")
-        for spec, name in zip(manifest.inputs, task.input_names, strict=True):
+        for spec, name in zip(manifest.inputs, task.artifact_input_names, strict=True):
+            spec.name = name
+            if name not in data:  # e.g. a generator's cache positions: no data of their own
+                continue
             values = data[name]
             if vocabulary is not None and name == task.input_names[0]:
                 values = vocabulary.apply(values)  # token ids as the trimmed artifact takes them
-            spec.name = name
             spec.value_range = [values.min().item(), values.max().item()]
     outputs = _outputs(task)
     if len(manifest.outputs) == len(outputs):

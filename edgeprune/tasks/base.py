@@ -169,10 +169,15 @@ class Task(ABC):
             raise UserInputError(f"task {self.name}: the {split} split is empty; add data or change the split ratios")
         return [tuple(data[name][i:i + 1] for name in self.input_names) for i in range(min(count, available))]
 
+    @property
+    def artifact_input_names(self) -> tuple[str, ...]:
+        """The artifact's inputs in call order: `input_names`, unless it takes more (a generator's positions)."""
+        return self.input_names
+
     def input_signature(self) -> list[InputSpec]:
         example = self.example_inputs("validation", 1)[0]
         return [InputSpec(name, list(tensor.shape), str(tensor.dtype).removeprefix("torch."))
-                for name, tensor in zip(self.input_names, example, strict=True)]
+                for name, tensor in zip(self.artifact_input_names, example, strict=True)]
 
     def vocabulary(self) -> "VocabularyMap | None":
         """Token ids the calibration and validation data use (text tasks); None where it does not apply."""

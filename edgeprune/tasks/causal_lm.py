@@ -1,7 +1,13 @@
-"""Causal language modelling: perplexity on held-out text, split by document before it is cut into blocks."""
+"""Causal language modelling: perplexity on held-out text, split by document before it is cut into blocks.
+
+The artifact is a KV-cached generator (`CausalLMLogits` with a context): `forward(input_ids [1, S],
+cache_position [S])`. Through the runtime, each block is prefilled up to its last `DECODE_TOKENS` tokens and those
+are decoded one at a time against the cache, so the perplexity a fit reports is the shipped program's, prefill
+and decode both."""
 
 import math
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
 from functools import cached_property
 
@@ -11,10 +17,13 @@ from torch import nn
 
 from edgeprune.errors import UserInputError
 from edgeprune.models.classifier import CausalLMLogits
-from edgeprune.tasks.base import Batch, Quality, Split, Teacher
+from edgeprune.tasks.base import Batch, Quality, RuntimeRun, Split, Teacher
 from edgeprune.tasks.compatibility import DECODER
 from edgeprune.tasks.metrics import next_token_nll
 from edgeprune.tasks.text import TextTask
+
+DEFAULT_CONTEXT = 512  # cache slots when --context is not given (at least the block length, at most the positions)
+DECODE_TOKENS = 16  # of every block, decoded token by token through the runtime (the rest is prefilled)
 
 
 @dataclass
@@ -26,6 +35,26 @@ class CausalLMTask(TextTask):
     metric = "perplexity"
     higher_is_better = False
     model_kinds = (DECODER,)
+    context: int | None = None  # KV-cache slots of the artifact; None: DEFAULT_CONTEXT within the model's limits
+
+    def __post_init__(self) -> None:
+        super().__post_init__()
+        if self.context is not None and (isinstance(self.context, bool) or not isinstance(self.context, int)
+                                         or self.context < self.max_length):
+            raise UserInputError(f"--context must be a whole number of tokens at least --max-length "
+                                 f"{self.max_length} (a block is prefilled into the cache), got {self.context!r}")
+        positions = self.model_positions()
+        if self.context is not None and positions is not None and self.context > positions:
+            raise UserInputError(f"--context {self.context} is beyond the {positions} positions of the model in "
+                                 f"{self.model_path}; use --context {positions} or less")
+
+    @property
+    def cache_length(self) -> int:
+        """The context the artifact's KV cache holds."""
+        if self.context is not None:
+            return self.context
+        positions = self.model_positions() or DEFAULT_CONTEXT
+        return max(self.max_length, min(DEFAULT_CONTEXT, positions))
 
     @property
     def labelled(self) -> bool:
@@ -56,9 +85,18 @@ class CausalLMTask(TextTask):
     def encode(self, split: Split) -> Batch:
         return self._encoded[split]
 
+    @property
+    def artifact_input_names(self) -> tuple[str, ...]:
+        return ("input_ids", "cache_position")
+
+    def example_inputs(self, split: Split = "validation", count: int = 1) -> list[tuple[torch.Tensor, ...]]:
+        """A block at batch 1 and its positions 0..max_length-1: a prefill of the whole block into the cache."""
+        positions = torch.arange(self.max_length)
+        return [(ids,) + (positions,) for (ids,) in super().example_inputs(split, count)]
+
     def teacher(self) -> Teacher:
         started = time.perf_counter()
-        model = CausalLMLogits(self.load_transformer("AutoModelForCausalLM")).eval()
+        model = CausalLMLogits(self.load_transformer("AutoModelForCausalLM"), self.cache_length).eval()
         return Teacher(model, self.quality(model, "validation"), self.quality(model, "test"),
                        time.perf_counter() - started, cached=False)
 
@@ -76,6 +114,29 @@ class CausalLMTask(TextTask):
         mean_nll = total / max(tokens, 1)
         return Quality("perplexity", math.exp(mean_nll), False, split, len(outputs),
                        {"mean_nll": mean_nll, "tokens": tokens, "blocks": len(outputs)})
+
+    def runtime_quality(self, run: RuntimeRun, split: Split = "test",
+                        map_inputs: Callable[[tuple[torch.Tensor, ...]], tuple[torch.Tensor, ...]] | None = None
+                        ) -> Quality:
+        """Perplexity through the generator: every block prefilled up to its last DECODE_TOKENS tokens, those
+        decoded one at a time, each block starting again at position 0 (the cache is overwritten, never reset)."""
+        ids = self.encode(split)["input_ids"]
+        prefill = self.max_length - min(DECODE_TOKENS, self.max_length // 2)
+        outputs = []
+        with self.progress.task(f"{self.metric} through the runtime on the {split} split (prefill {prefill}, "
+                                f"decode {self.max_length - prefill})", len(ids)) as bar:
+            for block in ids.split(1):
+                steps = [run(block[:, :prefill], torch.arange(prefill))[0]]
+                steps += [run(block[:, t:t + 1], torch.tensor([t]))[0] for t in range(prefill, self.max_length)]
+                outputs.append(torch.cat(steps, dim=1))
+                bar.advance(1)
+        return self.quality_from_outputs(outputs, split)
+
+    def options_key(self) -> str:
+        return f"{super().options_key()},context={self.cache_length}"
+
+    def describe(self) -> dict[str, object]:
+        return {**super().describe(), "context": self.cache_length}
 
     def vocabulary(self) -> None:
         return None  # the output layer predicts every token; trimming the input table alone would break tied weights

@@ -1,0 +1,7 @@
+"""Decoders as generators: a static KV cache sized per layer, its program's metadata, prefill and decode through
+the runtime, and the figures a team decides a generator by (time to first token, decode tokens/s, KV bytes)."""
+
+from edgeprune.generation.kv_cache import CacheLayout, StaticKVCache, cached_forward
+from edgeprune.generation.program import ProgramSpec
+
+__all__ = ["CacheLayout", "ProgramSpec", "StaticKVCache", "cached_forward"]

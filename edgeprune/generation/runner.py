@@ -1,0 +1,90 @@
+"""A shipped generator run by its runtime: prefill a prompt in chunks the program accepts, then decode one token at
+a time against the cache the program keeps between calls; greedy, as a verification needs it reproducible."""
+
+from collections.abc import Iterator, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+
+import torch
+
+from edgeprune.errors import UserInputError, VerificationError
+from edgeprune.export import load_artifact
+
+
+@dataclass(frozen=True)
+class GeneratorFacts:
+    """What the program says about itself (its constant methods)."""
+
+    max_seq_len: int  # tokens one forward takes (the prefill chunk)
+    context: int  # KV-cache slots: prompt plus generated tokens
+    vocab_size: int
+    eos_ids: tuple[int, ...]
+    bos_id: int | None
+
+
+class Generator:
+    """A KV-cached `.pte` loaded once: `prefill`, `decode`, `generate`. The cache is the program's own state, so
+    one Generator runs one sequence at a time; a new sequence starts again at position 0."""
+
+    def __init__(self, path: Path, threads: int | None = None) -> None:
+        self.path = Path(path)
+        self.run = load_artifact(self.path, threads)
+        constants = getattr(self.run, "constants", None)
+        values = constants() if constants else {}
+        if not values.get("use_kv_cache"):
+            raise VerificationError(f"{self.path} is not a KV-cached generator (it has no use_kv_cache method); "
+                                    "fit or export a causal-lm task to make one")
+        eos = values.get("get_eos_ids", [])
+        self.facts = GeneratorFacts(int(values["get_max_seq_len"]), int(values.get("get_max_context_len",
+                                                                                       values["get_max_seq_len"])),
+                                    int(values["get_vocab_size"]), tuple(int(e) for e in (eos if isinstance(
+                                        eos, list) else [eos])), values.get("get_bos_id"))
+
+    def forward(self, tokens: Sequence[int], start: int) -> torch.Tensor:
+        """Logits `[len(tokens), vocab]` of `tokens` at positions start.., chunked to the program's length."""
+        if any(not 0 <= token < self.facts.vocab_size for token in tokens):
+            raise UserInputError(f"token ids {sorted({t for t in tokens if not 0 <= t < self.facts.vocab_size})[:5]} "
+                                 f"are outside the generator's vocabulary of {self.facts.vocab_size}: is the "
+                                 "tokenizer the model's?")
+        if start + len(tokens) > self.facts.context:
+            raise UserInputError(f"{start + len(tokens)} tokens do not fit the generator's context of "
+                                 f"{self.facts.context}; export it with a longer --context")
+        chunks = []
+        for offset in range(0, len(tokens), self.facts.max_seq_len):
+            chunk = list(tokens[offset:offset + self.facts.max_seq_len])
+            positions = torch.arange(start + offset, start + offset + len(chunk))
+            chunks.append(self.run(torch.tensor([chunk], dtype=torch.long), positions)[0][0])
+        return torch.cat(chunks)
+
+    def stream(self, prompt: Sequence[int], max_new_tokens: int, stop_at_eos: bool = True) -> Iterator[int]:
+        """Greedy tokens after `prompt`, one per decode step."""
+        if not prompt:
+            raise UserInputError("the prompt has no tokens")
+        max_new_tokens = min(max_new_tokens, self.facts.context - len(prompt))
+        token = int(self.forward(prompt, 0)[-1].argmax())
+        for position in range(len(prompt), len(prompt) + max_new_tokens):
+            yield token
+            if (stop_at_eos and token in self.facts.eos_ids) or position + 1 >= len(prompt) + max_new_tokens:
+                return
+            token = int(self.forward([token], position)[-1].argmax())
+
+    def generate(self, prompt: Sequence[int], max_new_tokens: int, stop_at_eos: bool = True) -> list[int]:
+        return list(self.stream(prompt, max_new_tokens, stop_at_eos))
+
+
+@torch.no_grad()
+def greedy_reference(model: torch.nn.Module, prompt: Sequence[int], max_new_tokens: int) -> list[int]:
+    """The same greedy continuation from the PyTorch model's full-sequence forward (no cache): what the shipped
+    program's tokens are checked against."""
+    tokens = list(prompt)
+    for _ in range(max_new_tokens):
+        logits = model(torch.tensor([tokens]))
+        logits = logits[0] if isinstance(logits, tuple | list) else getattr(logits, "logits", logits)
+        tokens.append(int(logits[0, -1].argmax()))
+    return tokens[len(prompt):]
+
+
+def next_token_agreement(student: Sequence[int], teacher: Sequence[int]) -> float:
+    """Fraction of positions where two greedy continuations pick the same token."""
+    pairs = list(zip(student, teacher, strict=False))
+    return sum(a == b for a, b in pairs) / len(pairs) if pairs else 0.0
