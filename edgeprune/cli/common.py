@@ -247,21 +247,27 @@ def build_task(args: SimpleNamespace):  # noqa: ANN201 - a Task
         name = args.task or BUNDLED_TASKS[0]
         if name in TASKS.names():
             raise UserInputError(f"task {name} needs your data: add --data FILE_OR_FOLDER (and --model FOLDER)")
+        extra = context_option(args, "causal-lm" if name == "smollm2-bbc" else name)
         return bundled_task(name, model_path=args.model, max_length=args.max_length, progress=progress,
-                            ratios=ratios, seed=getattr(args, "seed", 0))
+                            ratios=ratios, seed=getattr(args, "seed", 0), **extra)
     kind = args.task or "classification"
     if kind in BUNDLED_TASKS:
         raise UserInputError(f"--data goes with a task kind ({', '.join(TASKS.names())}), not the bundled {kind}")
     if args.model is None:
         raise UserInputError("--data needs --model: the Hugging Face model folder to fit to your data")
-    extra: dict[str, Any] = {}
-    if getattr(args, "context", None) is not None:
-        if kind != "causal-lm":
-            raise UserInputError(f"--context is the KV cache of a causal-lm generator; task {kind} has none")
-        extra["context"] = args.context
+    extra = context_option(args, kind)
     return make_task(kind, args.model, data, text_column=args.text_column, label_column=args.label_column,
                      data_format=args.data_format, max_length=args.max_length, ratios=ratios, seed=args.seed,
                      head=args.head, progress=progress, **extra)
+
+
+def context_option(args: SimpleNamespace, kind: str) -> dict[str, Any]:
+    """`--context` for the task's constructor: only a causal-lm generator has a KV cache to size."""
+    if getattr(args, "context", None) is None:
+        return {}
+    if kind != "causal-lm":
+        raise UserInputError(f"--context is the KV cache of a causal-lm generator; task {kind} has none")
+    return {"context": args.context}
 
 
 def _reject_constant(name: str) -> Any:

@@ -130,12 +130,28 @@ def lower_stateful(module: nn.Module, example_inputs: tuple[torch.Tensor, ...], 
     with torch.no_grad():
         module.requires_grad_(False)
         program = torch.export.export(module, example_inputs, dynamic_shapes=spec.dynamic_shapes, strict=False)
+        forget_provenance(program.graph_module)
         lowered = to_edge_transform_and_lower(program, partitioner=[XnnpackPartitioner()],
                                               compile_config=EdgeCompileConfig(_check_ir_validity=False),
                                               constant_methods=dict(spec.metadata))
+        forget_provenance(lowered.exported_program().graph_module)
         config = ExecutorchBackendConfig(memory_planning_pass=MemoryPlanningPass(alloc_graph_input=False),
                                          sym_shape_eval_pass=ConstraintBasedSymShapeEvalPass())
         return lowered.to_executorch(config).buffer
+
+
+def forget_provenance(graph_module: torch.fx.GraphModule) -> None:
+    """Drop every node's `from_node` record (which pass made it from which node), here and in lowered delegates.
+    Each pass deep-copies the whole chain into the nodes it makes, and to_executorch runs every delegate's program
+    under fake tensors, copying it again: on SmolLM2 with 4-bit linears the chain made one export take over ten
+    minutes. Nothing the program runs depends on it."""
+    for module in graph_module.modules():
+        graph = getattr(module, "graph", None)
+        for node in graph.nodes if isinstance(graph, torch.fx.Graph) else ():
+            node.meta.pop("from_node", None)
+        original = getattr(module, "original_module", None)  # a LoweredBackendModule keeps its source program
+        if original is not None and hasattr(original, "graph_module"):
+            forget_provenance(original.graph_module)
 
 
 def _tensor_spec(info: object, name: str) -> TensorSpec:

