@@ -40,6 +40,10 @@ def test_a_gqa_decoder_fits_through_the_cli(gqa_fit):
     code, result, out = gqa_fit
     assert code == 0, result["message"]
     assert (out / "model.pte").exists() and result["fitted"]["file_bytes"] <= 7.925e6
+    # the artifact is a KV-cached generator, benchmarked as one
+    generation = json.loads((out / "generation.json").read_text())
+    assert generation["context"] == 64 and generation["decode"] and generation["ttft_ms"] > 0
+    assert "generation.json" in result["shipped_files"] and (out / "generation.md").exists()
 
 
 def test_every_plan_of_the_fit_is_valid_grouped_query(gqa_fit):

@@ -14,6 +14,7 @@ interrupted fit without redoing anything finished; the output folder appears onl
 """
 
 import dataclasses
+import json
 import os
 import shutil
 import time
@@ -195,6 +196,8 @@ def fit_task(
 
         shipped = ship_files(task, work, fitted, vocabulary if fitted.vocabulary_size is not None else None,
                              baseline=dense)  # the dense baseline moves to baseline/; dense.path says so
+        if profile.endpoint.kind == "local":
+            shipped += benchmark_generator(work, fitted.path, profile.threads, progress)
         fits = not binding
         message = summary(fits, fitted, budget, binding, suggestions, estimated=estimator is not None,
                           stopped_early=searched.stopped_early)
@@ -233,6 +236,29 @@ def fit_task(
         elif created:  # this call made the folder and nothing in it is worth keeping
             shutil.rmtree(work, ignore_errors=True)
         raise
+
+
+def benchmark_generator(folder: Path, artifact: str, threads: int | None, progress: Progress) -> list[str]:
+    """For a KV-cached generator: time to first token, prefill and decode tokens/s, memory and KV bytes of the
+    shipped program on this machine, written beside it (generation.json, generation.md); [] for other programs.
+    Over SSH or ADB the generation benchmark is not run yet."""
+    from edgeprune.export import load_artifact
+    from edgeprune.generation.bench import benchmark_generation
+
+    read = getattr(load_artifact(folder / artifact), "constants", None)
+    constants = read() if read is not None else {}
+    if not constants.get("use_kv_cache"):
+        return []
+    context = int(constants["get_max_context_len"])
+    # after 128 and 1024 tokens where the context holds them (with room to decode), else half way
+    depths = tuple(d for d in (128, 1024) if d <= context - 64) or (context // 2,)
+    progress.note("benchmarking generation: time to first token, prefill and decode tokens/s")
+    result = benchmark_generation(folder / artifact, threads=threads, depths=depths)
+    write_text_atomic(folder / "generation.json", json.dumps(to_jsonable(result), indent=2))
+    write_text_atomic(folder / "generation.md", result.markdown())
+    decode = ", ".join(f"{d.tokens_per_s:.1f} tokens/s at depth {d.depth}" for d in result.decode)
+    progress.note(f"  time to first token {result.ttft_ms:.1f} ms ({result.prompt_tokens} tokens); decode {decode}")
+    return ["generation.json", "generation.md"]
 
 
 def _estimator_if_unreachable(profile: DeviceProfile, options: FitOptions, progress: Progress,
