@@ -73,6 +73,11 @@ COVERED_ELSEWHERE: dict[str, str] = {
     "make demo": "tests/test_minilm_fit.py runs its `edgeprune fit --device host --max-mb 30` on the bundled MiniLM "
                  "(int8 rung, heads and vocabulary only: the whole space takes minutes)",
     "make test": "runs this suite, this test included",
+    'edgeprune generate runs/fit-20261202-120000/model.pte --prompt "The bank said" --max-new-tokens 32':
+        "tests/test_generation.py runs `edgeprune generate ARTIFACT --prompt ... --max-new-tokens` on a shipped "
+        "generator (the folder's name is a fit's)",
+    "edgeprune generate runs/fit-20261202-120000/model.pte --bench --prompt-tokens 128 --depths 128,384":
+        "tests/test_generation.py runs `edgeprune generate ARTIFACT --bench --depths ...` and checks every figure",
     "edgeprune fit --device host --runtime executorch,litert --max-latency-ms 8":
         "a whole MiniLM fit over both runtimes (minutes; measured in docs/FINDINGS.md): "
         "tests/test_runtime_dimension.py fits a small BERT over both runtimes through the CLI, LiteRT winning",
