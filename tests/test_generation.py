@@ -66,6 +66,16 @@ def test_the_cache_is_sized_per_layer_and_shrinks_exactly_with_kv_heads():
     assert sum(b.numel() * b.element_size() for b in model.kv_cache.buffers()) == layout.total_bytes
 
 
+def test_the_export_cache_tells_contexts_apart():
+    from edgeprune.export import content_key
+
+    model = tiny_decoder()
+    example = (torch.arange(PREFILL)[None] + 3, torch.arange(PREFILL))
+    longer = CausalLMLogits(model.model, CONTEXT * 2)
+    assert content_key(model, "fp32", example) != content_key(longer, "fp32", example)
+    assert content_key(model, "fp32", example) == content_key(tiny_decoder(), "fp32", example)
+
+
 def test_the_program_carries_the_llm_runner_metadata(shipped):
     _, artifact = shipped
     constants = load_artifact(artifact.path).constants()

@@ -62,7 +62,8 @@ class ExportJob:
 
 def content_key(module: nn.Module, recipe: str, example_inputs: tuple[torch.Tensor, ...]) -> str:
     """Hash of every weight (of the float module), the recipe and the input signature."""
-    digest = hashlib.sha256(f"v2|{recipe}".encode())
+    # a generator's cache length shapes its program but is not a weight (its KV buffers are not in the state_dict)
+    digest = hashlib.sha256(f"v2|{recipe}|context={getattr(module, 'context', None)}".encode())
     for shape_dtype in ((tuple(t.shape), str(t.dtype)) for t in example_inputs):
         digest.update(repr(shape_dtype).encode())
     for name, tensor in module.state_dict().items():
