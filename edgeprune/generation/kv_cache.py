@@ -48,7 +48,7 @@ class CacheLayout:
 
 class StaticKVCache(nn.Module):
     """Per-layer key and value buffers `[1, kv_heads, context, head_dim]`, written in place at the positions
-    `position` holds (set by `KVCachedDecoder.forward` before the layers run). Duck-types the one method of
+    `position` holds (set by `cached_forward` before the layers run). Duck-types the one method of
     transformers' `Cache` that attention layers call."""
 
     def __init__(self, layout: CacheLayout, dtype: torch.dtype = torch.float32) -> None:

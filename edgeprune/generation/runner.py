@@ -21,6 +21,18 @@ class GeneratorFacts:
     eos_ids: tuple[int, ...]
     bos_id: int | None
 
+    @classmethod
+    def of(cls, run: object) -> "GeneratorFacts | None":
+        """The facts of a loaded program (`load_artifact`), or None when it is not a KV-cached generator."""
+        constants = getattr(run, "constants", None)
+        values = constants() if constants else {}
+        if not values.get("use_kv_cache"):
+            return None
+        eos = values.get("get_eos_ids", [])
+        prefill = int(values["get_max_seq_len"])
+        return cls(prefill, int(values.get("get_max_context_len", prefill)), int(values["get_vocab_size"]),
+                   tuple(int(e) for e in (eos if isinstance(eos, list) else [eos])), values.get("get_bos_id"))
+
 
 class Generator:
     """A KV-cached `.pte` loaded once: `prefill`, `decode`, `generate`. The cache is the program's own state, so
@@ -29,16 +41,11 @@ class Generator:
     def __init__(self, path: Path, threads: int | None = None) -> None:
         self.path = Path(path)
         self.run = load_artifact(self.path, threads)
-        constants = getattr(self.run, "constants", None)
-        values = constants() if constants else {}
-        if not values.get("use_kv_cache"):
+        facts = GeneratorFacts.of(self.run)
+        if facts is None:
             raise VerificationError(f"{self.path} is not a KV-cached generator (it has no use_kv_cache method); "
                                     "fit or export a causal-lm task to make one")
-        eos = values.get("get_eos_ids", [])
-        self.facts = GeneratorFacts(int(values["get_max_seq_len"]), int(values.get("get_max_context_len",
-                                                                                       values["get_max_seq_len"])),
-                                    int(values["get_vocab_size"]), tuple(int(e) for e in (eos if isinstance(
-                                        eos, list) else [eos])), values.get("get_bos_id"))
+        self.facts = facts
 
     def forward(self, tokens: Sequence[int], start: int) -> torch.Tensor:
         """Logits `[len(tokens), vocab]` of `tokens` at positions start.., chunked to the program's length."""

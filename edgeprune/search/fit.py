@@ -244,12 +244,12 @@ def benchmark_generator(folder: Path, artifact: str, threads: int | None, progre
     Over SSH or ADB the generation benchmark is not run yet."""
     from edgeprune.export import load_artifact
     from edgeprune.generation.bench import benchmark_generation
+    from edgeprune.generation.runner import GeneratorFacts
 
-    read = getattr(load_artifact(folder / artifact), "constants", None)
-    constants = read() if read is not None else {}
-    if not constants.get("use_kv_cache"):
+    facts = GeneratorFacts.of(load_artifact(folder / artifact))
+    if facts is None:
         return []
-    context = int(constants["get_max_context_len"])
+    context = facts.context
     # after 128 and 1024 tokens where the context holds them (with room to decode), else half way
     depths = tuple(d for d in (128, 1024) if d <= context - 64) or (context // 2,)
     progress.note("benchmarking generation: time to first token, prefill and decode tokens/s")
