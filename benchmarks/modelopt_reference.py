@@ -17,7 +17,8 @@ output-projection columns). Both sides count parameters the same way: every para
 dense minus pruned. edgeprune: heads only, fluctuation (normalize none) with mean compensation, global top-k,
 as benchmarks/criteria.py measures it. ModelOpt: `mtp.prune(mode="gradnas", constraints={"params": dense -
 removed})`, gradient scores of cross-entropy through the fixed classifier on the same calibration batches; it
-removes heads and FFN units per layer from one ranking. Metrics: test accuracy of the fixed classifier on the
+removes heads and FFN units per layer from one ranking; and the same with FFN widths fixed (heads
+only). Metrics: test accuracy of the fixed classifier on the
 pruned model's pooled embedding, and mean cosine of that embedding to the dense one (test split, 668 documents).
 """
 
@@ -118,10 +119,12 @@ def main() -> int:
             command += ["--threads", str(args.threads)]
         subprocess.run(command, check=True)
         side = json.loads(Path(f"{folder}/modelopt.json").read_text())
-    for row, ratio in zip(side["rows"][1:], RATIOS, strict=True):
-        rows.append({**row, "ratio": ratio})
+    ratio_of = dict(zip(targets, RATIOS, strict=True))
+    rows += [{**row, "ratio": ratio_of[row["target_removed"]]} for row in side["rows"][1:]]
     rows.insert(1, {**side["rows"][0], "ratio": 0.0})
 
+    for error in side["errors"]:
+        print(f"ModelOpt failed: {error}")
     print(f"torch threads: edgeprune side {torch.get_num_threads()}, ModelOpt side {side['torch_threads']}; "
           f"ModelOpt {side['modelopt']}, transformers {side['transformers']} there")
     print(f"{'method':<42} {'ratio':>6} {'params':>9} {'removed':>8} {'test acc %':>10} {'cosine':>8} {'time s':>7}")
@@ -133,7 +136,8 @@ def main() -> int:
     path.write_text(json.dumps({"torch_threads": torch.get_num_threads(), "modelopt_torch_threads":
                                 side["torch_threads"], "cpus": os.cpu_count(), "examples": args.examples,
                                 "versions": {k: side[k] for k in ("modelopt", "transformers", "torch")},
-                                "arguments": sys.argv[1:], "rows": rows}, indent=2) + "\n")
+                                "arguments": sys.argv[1:], "modelopt_errors": side["errors"],
+                                "rows": rows}, indent=2) + "\n")
     print(f"wrote {path}", file=sys.stderr)
     return 0
 

@@ -88,28 +88,39 @@ def main() -> int:
           f"transformers {version('transformers')}, torch {torch.__version__}; dense accuracy {accuracy:.4f} "
           f"cosine {cosine:.4f}, {dense_params} parameters", file=sys.stderr)
     calibration = data["calibration"]
-    for target in (int(t) for t in args.targets.split(",")):
-        model = copy.deepcopy(dense)
-        started = time.perf_counter()
-        example = calibration[0]
-        model, _ = mtp.prune(
-            model, mode="gradnas", constraints={"params": dense_params - target},
-            dummy_input=(example["input_ids"][:2], example["attention_mask"][:2]),
-            config={"data_loader": calibration, "max_iter_data_loader": len(calibration),
-                    "collect_func": lambda batch: (batch["input_ids"], batch["attention_mask"]),
-                    "loss_func": lambda output, batch: F.cross_entropy(output, batch["labels"]),
-                    "checkpoint": None, "verbose": False})
-        seconds = time.perf_counter() - started
-        accuracy, cosine = evaluate(model, data)
-        params = parameters(model)
-        rows.append({"method": "modelopt gradnas heads+ffn", "target_removed": target,
-                     "removed": dense_params - params, "params": params, "accuracy": accuracy, "cosine": cosine,
-                     "seconds": seconds, **shapes(model)})
-        print(f"modelopt gradnas: removed {dense_params - params} (target {target}): acc {accuracy:.4f} "
-              f"cos {cosine:.4f} ({seconds:.0f} s) {shapes(model)}", file=sys.stderr)
+    errors = []
+    # heads only: FFN inputs (intermediate.dense) are left out of the search space, so FFN widths stay
+    methods = {"modelopt gradnas heads+ffn": "gradnas",
+               "modelopt gradnas heads only": [("gradnas", {"nn.Linear": {"*intermediate.dense": None}})]}
+    for method, mode in methods.items():
+        for target in (int(t) for t in args.targets.split(",")):
+            model = copy.deepcopy(dense)
+            started = time.perf_counter()
+            example = calibration[0]
+            try:
+                model, _ = mtp.prune(
+                    model, mode=mode, constraints={"params": dense_params - target},
+                    dummy_input=(example["input_ids"][:2], example["attention_mask"][:2]),
+                    config={"data_loader": calibration, "max_iter_data_loader": len(calibration),
+                            "collect_func": lambda batch: (batch["input_ids"], batch["attention_mask"]),
+                            "loss_func": lambda output, batch: F.cross_entropy(output, batch["labels"]),
+                            "checkpoint": None, "verbose": False})
+            except Exception as error:  # noqa: BLE001 - a reference row that fails is reported, the others still run
+                errors.append(f"{method}, {target} removed: {type(error).__name__}: {error}")
+                print(f"{method}: {errors[-1]}", file=sys.stderr)
+                continue
+            seconds = time.perf_counter() - started
+            accuracy, cosine = evaluate(model, data)
+            params = parameters(model)
+            rows.append({"method": method, "target_removed": target,
+                         "removed": dense_params - params, "params": params, "accuracy": accuracy, "cosine": cosine,
+                         "seconds": seconds, **shapes(model)})
+            print(f"{method}: removed {dense_params - params} (target {target}): acc {accuracy:.4f} "
+                  f"cos {cosine:.4f} ({seconds:.0f} s) {shapes(model)}", file=sys.stderr)
     with open(args.out, "w") as handle:
         json.dump({"torch_threads": torch.get_num_threads(), "modelopt": version("nvidia-modelopt"),
-                   "transformers": version("transformers"), "torch": torch.__version__, "rows": rows}, handle,
+                   "transformers": version("transformers"), "torch": torch.__version__, "errors": errors,
+                   "rows": rows}, handle,
                   indent=2)
     return 0
 
