@@ -236,7 +236,7 @@ def test_every_budget_flag_refuses_what_is_not_a_positive_finite_number(flag, va
     *[("--split", v) for v in ("nan,0.5,0.5", "inf,0,0", "0.5,0.5", "", "-1,1,1")],
     *[("--seed", v) for v in ("1e400", "nan")],
     *[("--max-length", v) for v in ("nan", "1e400", "-5", "100")],
-    ("--latency-percentile", "95"), ("--scoring-examples", "0"), ("--recover-steps", "-1"),
+    ("--latency-percentile", "95"), ("--scoring-examples", "0"), ("--recover-steps", "-1"), ("--recover-steps", "many"),
     ("--recover-precision", "half"),
 ])
 def test_other_fit_numbers_are_checked(flag, value, tiny_bert_dir, tmp_path, capfd):

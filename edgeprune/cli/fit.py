@@ -3,6 +3,7 @@
 import contextlib
 import dataclasses
 import json
+import math
 from pathlib import Path
 from types import SimpleNamespace
 
@@ -31,6 +32,21 @@ from edgeprune.errors import UserInputError
 from edgeprune.export import RUNTIMES
 from edgeprune.importance import CRITERIA
 from edgeprune.quantize import RECIPES
+
+AUTO, AUTO_RECOVER_STEPS = "auto", 150  # of edgeprune.search.options; parsing imports no torch
+
+
+def recover_steps(text: str) -> int | str:
+    """auto, or a whole number of steps >= 0."""
+    if text.strip().lower() == AUTO:
+        return AUTO
+    try:
+        steps = int(text)
+    except ValueError:
+        raise ValueError(f"{text!r} is neither auto nor a whole number of steps, e.g. 150") from None
+    if steps < 0:
+        raise ValueError(f"{text!r} must be auto or at least 0 (0: no recovery)")
+    return steps
 
 
 def runtime_list(text: str) -> tuple[str, ...]:
@@ -107,9 +123,11 @@ EXIT_CODES = ("0 every budget met; 2 bad input; 3 the budgets cannot be met (the
                  help="remove heads outright instead of folding their mean outputs into the output bias"),
     click.option("--scoring-examples", type=int, default=256, show_default=True,
                  help="calibration examples for scoring"),
-    click.option("--recover-steps", type=int, default=0, show_default=True,
-                 help="distil each pruned candidate that is built (any structure) from the dense teacher for N steps "
-                 "before it is quantized (0: off)"),
+    click.option("--recover-steps", type=Parsed(recover_steps, "steps"), default=AUTO, show_default=True,
+                 metavar="auto|N", help="distil pruned candidates from the dense teacher before they are quantized; "
+                 f"auto: a built candidate whose PyTorch estimate falls short of the dense teacher's by more than "
+                 f"--quality-tolerance, for {AUTO_RECOVER_STEPS} steps; N: every pruned candidate built, N steps; "
+                 "0: off"),
     click.option("--recover-precision", type=click.Choice(PRECISIONS), default="auto", show_default=True,
                  help="the students' training arithmetic; auto: bfloat16 autocast (float32 weights) where the CPU "
                  "computes in bfloat16 natively, else float32"),
@@ -164,11 +182,9 @@ def run_fit(args: SimpleNamespace) -> int:
     runtime = args.runtime or (profile.searched_runtimes if len(profiles) == 1 else None)
     if args.scoring_examples < 1:
         raise UserInputError(f"--scoring-examples must be at least 1, got {args.scoring_examples}")
-    if args.recover_steps < 0:
-        raise UserInputError(f"--recover-steps must be at least 0 (0: no recovery), got {args.recover_steps}")
-    if args.quality_tolerance is not None and not 0 <= args.quality_tolerance < 1:
-        raise UserInputError(f"--quality-tolerance must be at least 0 and under 1 (in the task metric's units), got "
-                             f"{args.quality_tolerance}")
+    if args.quality_tolerance is not None and not 0 <= args.quality_tolerance < math.inf:
+        raise UserInputError(f"--quality-tolerance must be a finite number at least 0 (in the task metric's units: "
+                             f"0.01 is a point of accuracy, 2 is 2 of perplexity), got {args.quality_tolerance}")
     if args.resume is not None and args.out is not None and args.resume != args.out:
         raise UserInputError("--resume DIR continues the fit that was writing to DIR; leave out --out")
     if args.resume is None and args.out is not None:

@@ -99,6 +99,8 @@ def render_markdown(result: FitResult) -> str:
     ]
     if fitted.recovery:
         lines.append(f"Fitted model recovered: {fitted.recovery}.")
+    if result.recovery is not None:
+        lines.append(result.recovery.describe())
     if speedup is not None:
         lines.append(f"Fitted p50 speed-up over the dense fp32 artifact: {speedup:.2f}× (same run, same threads).")
     runtimes = runtime_summary(result)

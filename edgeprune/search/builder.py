@@ -34,6 +34,7 @@ from edgeprune.quantize.size_model import ParameterLayout, payload_bytes
 from edgeprune.quantize.vocabulary import VocabularyMap, trim_vocabulary
 from edgeprune.search.budget import Budget
 from edgeprune.search.build_job import BuildJob, RecoverySpec
+from edgeprune.search.choice import quality_tolerance
 from edgeprune.search.estimate import HostEstimator
 from edgeprune.search.head_plans import HeadPlanner
 from edgeprune.search.journal import Journal
@@ -46,6 +47,7 @@ from edgeprune.search.recovering import (
     recover,
     recovered_qualities,
     recovery_start,
+    signed_value,
 )
 from edgeprune.search.result import BuiltArtifact
 from edgeprune.search.shared import SharedWork, calibration_inputs, dense_head_means
@@ -236,8 +238,10 @@ class CandidateBuilder:
         recovery, measured after recovery once the structure is recovered, before that on the unrecovered model (an
         estimate that orders the candidates; `bound` is what closes lines)."""
         recovered = recovered_qualities(self).get(shape.structure.key) if needs_recovery(self, shape) else None
-        if recovered is not None:
-            return recovered
+        return recovered if recovered is not None else self.unrecovered_proxy(shape)
+
+    def unrecovered_proxy(self, shape: Shape) -> Quality:
+        """Validation quality of the teacher pruned to the structure (no recovery), in PyTorch; measured once."""
         key = shape.structure.key
         proxies = self.journal.proxies
         if key not in proxies and key in self.shared.proxies:  # measured for another device of the fleet
@@ -251,6 +255,10 @@ class CandidateBuilder:
                                f"{quality.value:.4f} ({time.perf_counter() - mark:.0f} s)")
         self.shared.proxies[key] = proxies[key]
         return from_jsonable(Quality, proxies[key])
+
+    def tolerance(self) -> float:
+        """Validation qualities this close are a tie (`choice.quality_tolerance` of the teacher's PyTorch estimate)."""
+        return quality_tolerance(self.options, self.unrecovered_proxy(Shape()))
 
     def remap(self, inputs: tuple[torch.Tensor, ...], trimmed: bool) -> tuple[torch.Tensor, ...]:
         """Inputs as the artifact takes them: token ids through the vocabulary map when it was trimmed."""
@@ -459,11 +467,7 @@ def can_win(quality: Quality | None, best: float | None, budget: Budget, referen
     floor = budget.quality_floor(reference)
     if floor is not None and not (quality.value >= floor if reference.higher_is_better else quality.value <= floor):
         return False
-    return best is None or signed(quality) > best
-
-
-def signed(quality: Quality) -> float:
-    return quality.value if quality.higher_is_better else -quality.value
+    return best is None or signed_value(quality) > best
 
 
 def elapsed_text(started: float) -> str:

@@ -4,8 +4,8 @@ import math
 from typing import Any
 
 from edgeprune.search.budget import CHECK_FLAGS, Budget, BudgetCheck
-from edgeprune.search.builder import signed
 from edgeprune.search.options import FitOptions
+from edgeprune.search.recovering import signed_value as signed
 from edgeprune.search.result import BuiltArtifact
 from edgeprune.tasks.base import Quality
 

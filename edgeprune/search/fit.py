@@ -41,6 +41,7 @@ from edgeprune.search.choice import ACCURACY_METRICS, choose, pareto_front, qual
 from edgeprune.search.estimate import HostEstimator
 from edgeprune.search.journal import JOURNAL_NAME, Journal, prepare_out_dir
 from edgeprune.search.options import FitOptions
+from edgeprune.search.recovering import recovery_cost
 from edgeprune.search.result import BuiltArtifact, FitResult, fit_status
 from edgeprune.search.scoring import journaled_head_scores, normalization
 from edgeprune.search.searcher import best_first_search
@@ -213,7 +214,7 @@ def fit_task(
             binding_budgets=binding, suggestions=suggestions,
             per_class_regressions=per_class_regressions(dense.quality.details, fitted.quality.details),
             shipped_files=shipped, device_profile=_profile_facts(profile), quality_tolerance=round(tolerance, 6),
-            search_stopped_early=searched.stopped_early,
+            search_stopped_early=searched.stopped_early, recovery=recovery_cost(builder, fitted.shape),
         )
         result.save(work / "result.json")
         write_text_atomic(work / "report.md", render_markdown(result))

@@ -1,5 +1,6 @@
 """What a fit may try and how it measures: the options of the search, validated when made."""
 
+import math
 from dataclasses import dataclass
 
 from edgeprune.errors import UserInputError
@@ -9,6 +10,12 @@ from edgeprune.importance.defaults import default_scoring
 from edgeprune.quantize import RECIPES
 from edgeprune.recovery.precision import PRECISIONS
 from edgeprune.search.space import parse_fractions, parse_layer_counts
+
+AUTO = "auto"
+# the steps of a recovery `recover_steps="auto"` spends: 150 steps at DistillConfig's learning rate (2e-5) took 42
+# of MiniLM's 72 heads, FFN −50 % and a layer from 83.4 % to within half a point of the dense model's test accuracy
+# (docs/FINDINGS.md, "Under 5 MB within a point"); 43 s a recovery here in bfloat16 ("Recovery 4× faster")
+AUTO_RECOVER_STEPS = 150
 
 
 @dataclass
@@ -42,7 +49,10 @@ class FitOptions:
     # the Python runner times runs beyond bench_runs until they add up to this long: a 2 ms model's 30 runs (60 ms)
     # sit inside one burst of a noisy machine's load (benchmarks/bench_window.py; docs/FINDINGS.md)
     bench_min_seconds: float = 1.0
-    recover_steps: int = 0  # > 0: distil each built pruned candidate (any structure) from the teacher this many steps
+    # "auto": a built pruned candidate is distilled from the teacher (AUTO_RECOVER_STEPS steps) when its PyTorch
+    # estimate falls short of the dense teacher's by more than the tie tolerance (`recovering.needs_recovery`);
+    # N > 0: every built pruned candidate, N steps; 0: no recovery
+    recover_steps: int | str = AUTO
     recovery_batch_size: int = 16
     recovery_precision: str = "auto"  # the students' training arithmetic (`edgeprune.recovery.precision`)
     # no candidate is started once the fit has run this long (resumed sessions included) and a candidate meets every
@@ -67,20 +77,34 @@ class FitOptions:
                                  f"one of: {', '.join(CRITERIA.names())}")
         if self.normalize not in (None, "none", "l2", "zscore"):
             raise UserInputError(f"normalize must be none, l2 or zscore, got {self.normalize!r}")
-        if self.recover_steps < 0 or self.recovery_batch_size < 1:
-            raise UserInputError("recover_steps must be >= 0 (0: no recovery) and recovery_batch_size >= 1")
+        if self.recover_steps != AUTO and (isinstance(self.recover_steps, bool) or not isinstance(
+                self.recover_steps, int) or self.recover_steps < 0):
+            raise UserInputError(f"recover_steps must be auto or a whole number >= 0 (0: no recovery), got "
+                                 f"{self.recover_steps!r}")
+        if self.recovery_batch_size < 1:
+            raise UserInputError(f"recovery_batch_size must be >= 1, got {self.recovery_batch_size}")
         if self.recovery_precision not in PRECISIONS:
             raise UserInputError(f"recovery_precision must be one of {', '.join(PRECISIONS)}, "
                                  f"got {self.recovery_precision!r}")
         self.ffn_fractions = parse_fractions(self.ffn_fractions)
         self.layer_removals = parse_layer_counts(self.layer_removals)
-        if self.quality_tolerance is not None and not 0 <= self.quality_tolerance < 1:
+        if self.quality_tolerance is not None and not 0 <= self.quality_tolerance < math.inf:
             raise UserInputError(f"quality_tolerance must be >= 0 (in the task metric's units), got "
                                  f"{self.quality_tolerance}")
         if self.time_limit_minutes is not None and not self.time_limit_minutes > 0:
             raise UserInputError(f"time_limit_minutes must be more than 0, got {self.time_limit_minutes}")
         if self.head_step is not None and self.head_step < 1:
             raise UserInputError(f"head_step must be >= 1, got {self.head_step}")
+
+    @property
+    def recovery_steps(self) -> int:
+        """The steps one recovery runs: AUTO_RECOVER_STEPS under "auto", else `recover_steps` (0: no recovery)."""
+        return AUTO_RECOVER_STEPS if self.recover_steps == AUTO else int(self.recover_steps)
+
+    @property
+    def recovery_when_it_pays(self) -> bool:
+        """Whether a candidate is distilled only when pruning cost it more than the tie tolerance ("auto")."""
+        return self.recover_steps == AUTO
 
     @property
     def bench_settings(self) -> tuple[int, int, float]:

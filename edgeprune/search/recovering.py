@@ -1,5 +1,8 @@
-"""Recovery inside fit (`--recover-steps N`): every candidate structure that is built — heads, FFN neurons, whole
-layers, and any combination — is distilled from the dense teacher before it is quantized.
+"""Recovery inside fit: a candidate structure that is built — heads, FFN neurons, whole layers, and any combination
+— is distilled from the dense teacher before it is quantized. By default (`--recover-steps auto`) only where it
+pays: when the structure's unrecovered PyTorch estimate falls short of the dense teacher's by more than the tie
+tolerance (a structure within it would be chosen as it is, so distilling it buys nothing the search can see);
+`--recover-steps N` distils every pruned structure built, N steps; 0 none.
 
 Recovery is spent only where a candidate is built, and reuses work along a line of the search space: structures
 with the same FFN fraction and the same layers removed differ only in heads, and their global top-k head plans
@@ -27,6 +30,7 @@ from edgeprune.pruning import PruningPlan, prune_heads
 from edgeprune.pruning.compensation import HeadOutputMeans
 from edgeprune.search.journal import Journal
 from edgeprune.search.options import FitOptions
+from edgeprune.search.result import RecoveryCost
 from edgeprune.search.shared import RecoveredModel, SharedWork, calibration_inputs
 from edgeprune.search.space import Shape
 from edgeprune.serialization import from_jsonable, to_jsonable
@@ -56,6 +60,10 @@ class RecoveringBuilder(Protocol):
 
     def proxy(self, shape: Shape) -> Quality: ...
 
+    def unrecovered_proxy(self, shape: Shape) -> Quality: ...
+
+    def tolerance(self) -> float: ...
+
 
 RECOVERED = "-recovered"
 
@@ -66,8 +74,19 @@ def recovered_key(shape: Shape) -> str:
 
 
 def needs_recovery(builder: RecoveringBuilder, shape: Shape) -> bool:
-    """Whether fit distils this candidate before export: recovery is on and the shape removes something."""
-    return builder.options.recover_steps > 0 and shape.structure != Shape()
+    """Whether fit distils this candidate before export: recovery is on, the shape removes something, and (under
+    "auto") pruning cost it more than the tie tolerance (`pruning_cost`). A function of the journaled estimates,
+    so a resumed fit decides the same."""
+    options = builder.options
+    if options.recovery_steps == 0 or shape.structure == Shape():
+        return False
+    return not options.recovery_when_it_pays or pruning_cost(builder, shape) > builder.tolerance()
+
+
+def pruning_cost(builder: RecoveringBuilder, shape: Shape) -> float:
+    """How much validation quality (in the metric's units, higher better) the structure's unrecovered PyTorch
+    estimate loses against the dense teacher's."""
+    return signed_value(builder.unrecovered_proxy(Shape())) - signed_value(builder.unrecovered_proxy(shape))
 
 
 def recovered_qualities(builder: RecoveringBuilder) -> dict[str, Quality]:
@@ -183,18 +202,18 @@ def teacher_outputs(builder: RecoveringBuilder) -> "TeacherOutputs":
 
 
 def recovery_config(task: Task, options: FitOptions) -> "DistillConfig":
-    """The distillation settings of fit's recoveries: `options.recover_steps` steps, three validation passes, a
+    """The distillation settings of fit's recoveries: `options.recovery_steps` steps, three validation passes, a
     short warm-up, the task's seed, `options.recovery_precision`."""
     from edgeprune.recovery import DistillConfig
 
-    steps = options.recover_steps
+    steps = options.recovery_steps
     return DistillConfig(max_steps=steps, eval_every=max(1, steps // 3), warmup_steps=min(20, steps // 5),
                          seed=task.seed, precision=options.recovery_precision)
 
 
 def run_recovery(student: nn.Module, teacher: nn.Module, task: Task, options: FitOptions, progress: Progress,
                  teacher_outputs: "TeacherOutputs | None" = None) -> tuple["DistillResult", Quality]:
-    """Distil `student` in place from the dense teacher for `options.recover_steps` steps; what the distillation
+    """Distil `student` in place from the dense teacher for `options.recovery_steps` steps; what the distillation
     did and the student's PyTorch validation quality after. A function of its inputs (the teacher's outputs
     are kept in `teacher_outputs` when given, and read from it when there): a Ray worker runs it for a build
     ahead (`edgeprune.search.build_job`)."""
@@ -210,14 +229,30 @@ def record_recovery(builder: RecoveringBuilder, structure: Shape, student: nn.Mo
                     result: "DistillResult", quality: Quality) -> nn.Module:
     """Keep a recovered structure (recovered here or on a worker) for later candidates and the fleet, and
     journal its validation quality as the structure's bound."""
+    before = builder.unrecovered_proxy(structure)
     builder.progress.note(f"  recovered {structure.describe()} in {result.seconds:.0f} s: distillation "
                           f"{result.metric} {result.initial_metric:.4f} → {result.best_metric:.4f}; validation "
-                          f"{quality.metric} {quality.value:.4f} in PyTorch (the structure's bound from now on)")
+                          f"{quality.metric} {before.value:.4f} → {quality.value:.4f} in PyTorch (the structure's "
+                          "bound from now on)")
     builder.journal.record_proxy(recovered_key(structure), to_jsonable(quality))
     builder.shared.proxies[recovered_key(structure)] = builder.journal.proxies[recovered_key(structure)]
     start = f"the recovered weights of {parent.describe()}" if parent is not None else "the pruned teacher"
     builder.shared.recovered[structure] = RecoveredModel(student, (
-        f"distilled from the dense teacher for {builder.options.recover_steps} steps in {result.precision} "
+        f"distilled from the dense teacher for {builder.options.recovery_steps} steps in {result.precision} "
         f"({result.seconds:.0f} s), "
-        f"starting from {start}; validation {quality.metric} in PyTorch {quality.value:.4f} after"))
+        f"starting from {start}; validation {quality.metric} in PyTorch {before.value:.4f} before, "
+        f"{quality.value:.4f} after"), result.seconds)
     return student
+
+
+def recovery_cost(builder: RecoveringBuilder, fitted: Shape) -> RecoveryCost:
+    """What recovery cost in this fit (structures, seconds) and bought the fitted structure."""
+    options = builder.options
+    mode = "off" if options.recovery_steps == 0 else "auto" if options.recovery_when_it_pays else \
+        "every pruned candidate"
+    recovered = recovered_qualities(builder)
+    seconds = sum(kept.seconds for kept in builder.shared.recovered.values())
+    after = recovered.get(fitted.structure.key) if needs_recovery(builder, fitted) else None
+    before = builder.unrecovered_proxy(fitted) if after is not None else None
+    return RecoveryCost(mode, options.recovery_steps, len(recovered), round(seconds, 1), before, after,
+                        builder.unrecovered_proxy(Shape()))

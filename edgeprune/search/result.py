@@ -18,8 +18,8 @@ from edgeprune.search.space import Shape
 from edgeprune.serialization import from_jsonable, to_jsonable, write_json_atomic
 from edgeprune.tasks.base import Quality
 
-# 2: typed plan (StructurePlan), recipe (Recipe) and head scores (HeadScores); 3: search_stopped_early
-RESULT_FORMAT_VERSION = 3
+# 2: typed plan (StructurePlan), recipe (Recipe) and head scores (HeadScores); 3: search_stopped_early; 4: recovery
+RESULT_FORMAT_VERSION = 4
 # a fit's status: every budget met as measured on the device, met on figures estimated here because the device was
 # not reachable (see `edgeprune.search.estimate`), or not met
 FIT, FIT_ESTIMATED, BUDGET_NOT_MET = "fit", "fit (estimated)", "budget_not_met"
@@ -96,6 +96,29 @@ class BuiltArtifact:
 
 
 @dataclass
+class RecoveryCost:
+    """What fit's recovery cost and bought."""
+
+    mode: str  # "auto" (where pruning cost more than the tie tolerance), "every pruned candidate" or "off"
+    steps: int  # of each recovery
+    structures: int  # structures distilled, over every session of a resumed fit
+    seconds: float  # distillation time in this session (a resumed fit's earlier sessions are not counted)
+    fitted_before: Quality | None = None  # the fitted structure's PyTorch validation estimate unrecovered ...
+    fitted_after: Quality | None = None  # ... and after its recovery (None: it was not recovered)
+    reference: Quality | None = None  # the dense teacher's PyTorch validation estimate "auto" measured costs from
+
+    def describe(self) -> str:
+        if self.mode == "off":
+            return "Recovery: off (--recover-steps 0)."
+        spent = (f"Recovery ({self.mode}, {self.steps} steps each): {self.structures} structure"
+                 f"{'' if self.structures == 1 else 's'} distilled, {self.seconds:.0f} s in this session")
+        if self.fitted_after is not None and self.fitted_before is not None:
+            return (f"{spent}; the fitted structure's validation {self.fitted_after.metric} in PyTorch "
+                    f"{self.fitted_before.value:.4f} → {self.fitted_after.value:.4f}.")
+        return f"{spent}; the fitted structure was not recovered."
+
+
+@dataclass
 class FitResult:
     status: str  # FIT, FIT_ESTIMATED or BUDGET_NOT_MET
     message: str
@@ -121,6 +144,7 @@ class FitResult:
     device_profile: dict[str, Any] = field(default_factory=dict)  # hardware and runtime facts of the profile
     quality_tolerance: float = 0.0  # validation qualities this close were a tie, won by the least compressed
     search_stopped_early: str | None = None  # why the search stopped before nothing could win (a time limit)
+    recovery: RecoveryCost | None = None  # None in results before format 4
     format_version: int = RESULT_FORMAT_VERSION  # of this schema; `load` refuses a newer one
 
     @property

@@ -11,8 +11,9 @@ from edgeprune.errors import VerificationError
 from edgeprune.progress import Progress
 from edgeprune.quantize import RECIPES, fidelity_rank
 from edgeprune.search.budget import Budget
-from edgeprune.search.builder import CandidateBuilder, elapsed_text, signed
+from edgeprune.search.builder import CandidateBuilder, elapsed_text
 from edgeprune.search.choice import best_meeting_budget, format_against, quality_tolerance
+from edgeprune.search.recovering import signed_value as signed
 from edgeprune.search.result import BuiltArtifact, Trial
 from edgeprune.search.space import Line, Shape, lines
 from edgeprune.serialization import from_jsonable, to_jsonable

@@ -27,6 +27,7 @@ class RecoveredModel:
 
     model: nn.Module  # at the full vocabulary
     description: str  # how: steps, time, and the recovered weights it started from
+    seconds: float = 0.0  # the distillation's
 
 
 @dataclass
