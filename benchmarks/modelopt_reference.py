@@ -18,7 +18,9 @@ dense minus pruned. edgeprune: heads only, fluctuation (normalize none) with mea
 as benchmarks/criteria.py measures it. ModelOpt: `mtp.prune(mode="gradnas", constraints={"params": dense -
 removed})`, gradient scores of cross-entropy through the fixed classifier on the same calibration batches; it
 removes heads and FFN units per layer from one ranking; and the same with FFN widths fixed (heads
-only). Metrics: test accuracy of the fixed classifier on the
+only). edgeprune joint: `plan_joint` ranks heads ("projected" fluctuation) and groups of 32 FFN neurons (their
+fluctuation) together by fluctuation per parameter, both with mean compensation, and removes at least the
+heads-only plan's parameters (at most one unit more). Metrics: test accuracy of the fixed classifier on the
 pruned model's pooled embedding, and mean cosine of that embedding to the dense one (test split, 668 documents).
 """
 
@@ -36,8 +38,10 @@ import torch
 from split_quality import dense_test_embeddings, evaluate
 
 from edgeprune import bundled_task, plan_global_topk, score_heads
+from edgeprune.importance.fluctuation import Fluctuation
 from edgeprune.progress import Progress
-from edgeprune.pruning import apply_plan, measure_head_means
+from edgeprune.pruning import StructureCompensation, apply_plan, apply_structure, measure_head_means, plan_joint
+from edgeprune.pruning.ffn import neuron_statistics
 
 RATIOS = (0.25, 0.5, 0.75)
 PACKAGES = ("nvidia-modelopt==0.44.0", "transformers==4.57.6", "torchprofile==0.0.4", "requests", "torch==2.13.0")
@@ -103,6 +107,22 @@ def main() -> int:
                      "seconds": scoring_seconds, "heads_removed": heads,
                      "heads": [layer.attention.self.num_attention_heads for layer in model.encoder.encoder.layer]})
         print(f"edgeprune {ratio:.2f}: removed {removed}: acc {accuracy:.4f} cos {cosine:.4f}", file=sys.stderr)
+
+    started = time.perf_counter()
+    projected = Fluctuation("projected").score(teacher, iter(calibration))
+    neurons = neuron_statistics(teacher, iter(calibration))
+    joint_seconds = time.perf_counter() - started + scoring_seconds  # the head means are shared
+    for ratio, target in zip(RATIOS, targets, strict=True):
+        plan = plan_joint(teacher, projected, neurons, target, neuron_multiple=32)
+        model = apply_structure(copy.deepcopy(teacher), plan.structure, StructureCompensation(means, neurons.means))
+        removed = dense_params - parameters(model)
+        accuracy, cosine = evaluate(model, task, dense_embeddings)
+        rows.append({"method": "edgeprune joint heads+FFN +comp", "ratio": ratio, "removed": removed,
+                     "params": dense_params - removed, "accuracy": accuracy, "cosine": cosine,
+                     "seconds": joint_seconds, "heads_removed": plan.heads_removed,
+                     "heads": [len(kept) for kept in plan.structure.heads.kept_heads],
+                     "ffn": [len(kept) for kept in plan.structure.ffn_kept]})
+        print(f"edgeprune joint {ratio:.2f}: removed {removed}: acc {accuracy:.4f} cos {cosine:.4f}", file=sys.stderr)
 
     with tempfile.TemporaryDirectory(prefix="edgeprune-modelopt-") as folder:
         teacher.encoder.save_pretrained(f"{folder}/encoder")

@@ -43,6 +43,8 @@ GROUPS: dict[str, tuple[Step, ...]] = {
              creates=("pruned/plan.json", "pruned/model.safetensors")),
         Step("edgeprune prune --plan pruned/plan.json --model other-copy/ --out pruned-again/",
              creates=("pruned-again/model.safetensors",)),
+        Step("edgeprune prune --params 2000000 --out pruned-joint/",
+             creates=("pruned-joint/plan.json", "pruned-joint/model.safetensors")),
     ),
     "recovery": (
         Step("edgeprune prune --scores scores.json --remove 36 --out pruned/",
@@ -275,6 +277,10 @@ def test_the_step_by_step_commands(stage_by_stage):
     assert plan["heads_removed"] == 24 and plan["criterion"] == "fluctuation"  # fit's criterion by default
     again = edgeprune.load(stage_by_stage / "pruned-again")
     assert [list(b.original_heads) for b in adapter_for(again).attention_blocks(again)] == plan["kept_heads"]
+    joint = edgeprune.load(stage_by_stage / "pruned-joint")  # MiniLM's 22.7 M parameters less at least 2 M
+    dense = edgeprune.load(stage_by_stage / "other-copy")
+    removed = sum(p.numel() for p in dense.parameters()) - sum(p.numel() for p in joint.parameters())
+    assert 2_000_000 <= removed < 2_000_000 + 50_000  # at most one head's or 32 neurons' parameters more
 
 
 @pytest.mark.integration

@@ -53,6 +53,12 @@ def score_command(**values: object) -> int:
 @click.option("--plan", type=click.Path(path_type=Path), help="a plan JSON to apply as it is (or --scores)")
 @click.option("--strategy", default="global-topk", show_default=True, type=click.Choice(STRATEGIES.names()),
               help="how scores become a plan")
+@click.option("--params", "joint_parameters", type=int, metavar="N",
+              help="remove at least N parameters in heads and FFN neurons together, every layer its own widths "
+              "(one ranking by fluctuation per parameter, both compensated; measured on the calibration data, so "
+              "no --scores); the plan.json written is a structure plan")
+@click.option("--ffn-multiple", type=int, default=32, show_default=True,
+              help="with --params: FFN widths stay multiples of this (a 4-bit recipe's group)")
 @click.option("--remove", type=int, help="global-topk: heads to remove in all")
 @click.option("--remove-per-layer", type=int, help="per-layer: heads to remove from each layer")
 @click.option("--threshold", type=finite, help="threshold: remove heads scoring below this")
@@ -124,8 +130,9 @@ def run_prune(args: SimpleNamespace) -> int:
     from edgeprune.tasks import minilm_model_path
     from edgeprune.tasks.compatibility import check_model_folder
 
-    if (args.plan is None) == (args.scores is None):
-        raise UserInputError("prune needs --scores (from `edgeprune score`) or --plan (a plan JSON), not both")
+    if sum(value is not None for value in (args.plan, args.scores, args.joint_parameters)) != 1:
+        raise UserInputError("prune needs one of --scores (from `edgeprune score`), --plan (a plan JSON) or --params N "
+                             "(heads and FFN neurons planned jointly)")
     model_path = minilm_model_path() if args.model is None else model_folder(args.model)  # or a cached HF id
     check_model_folder(model_path)
     check_output_folder(args.out)
@@ -133,9 +140,12 @@ def run_prune(args: SimpleNamespace) -> int:
         check_output_file(args.plan_out, "--plan-out")
     for flag, value, least in (("--remove", args.remove, 0), ("--remove-per-layer", args.remove_per_layer, 0),
                                ("--min-heads-per-layer", args.min_heads_per_layer, 1),
-                               ("--heads-multiple", args.heads_multiple, 1), ("--examples", args.examples, 1)):
+                               ("--heads-multiple", args.heads_multiple, 1), ("--examples", args.examples, 1),
+                               ("--params", args.joint_parameters, 0), ("--ffn-multiple", args.ffn_multiple, 1)):
         if value is not None and value < least:
             raise UserInputError(f"{flag} must be at least {least}, got {value}")
+    if args.joint_parameters is not None:
+        return run_joint_prune(args, model_path)
     if args.plan is not None:
         plan = parse_json(PruningPlan.from_dict, read_json(args.plan, "plan"), args.plan)
     else:
@@ -161,6 +171,34 @@ def run_prune(args: SimpleNamespace) -> int:
         return EXIT_OK
     how = "their mean outputs folded into the output bias" if compensate else "removed outright"
     print(f"removed {plan.heads_removed} of {sum(plan.num_heads)} heads ({how}); wrote {args.out}")
+    return EXIT_OK
+
+
+def run_joint_prune(args: SimpleNamespace, model_path: Path) -> int:
+    """`prune --params N`: heads and FFN neurons planned and removed together (`pruning.prune_jointly`)."""
+    from edgeprune.models.io import load, save
+    from edgeprune.pruning import prune_jointly
+    from edgeprune.serialization import to_jsonable, write_json_atomic
+
+    if args.compensate is False:
+        raise UserInputError("--params plans with the removed units' mean outputs folded in; drop --no-compensate")
+    model = load(model_path)
+    dense = sum(p.numel() for p in model.parameters())
+    plan = prune_jointly(model, calibration_inputs(args), args.joint_parameters, args.min_heads_per_layer,
+                         args.ffn_multiple)
+    plan_file = args.plan_out or args.out / "plan.json"
+    write_json_atomic(plan_file, to_jsonable(plan.structure))
+    save(model, args.out)
+    widths = [len(kept) for kept in plan.structure.ffn_kept]
+    if args.json:
+        print(json.dumps({"model": str(args.out), "plan": str(plan_file), "parameters": dense,
+                          "parameters_removed": plan.parameters_removed, "heads_removed": plan.heads_removed,
+                          "heads": sum(plan.structure.heads.num_heads), "neurons_removed": plan.neurons_removed,
+                          "ffn_widths": widths, "compensated": True}, indent=2))
+        return EXIT_OK
+    print(f"removed {plan.parameters_removed:,} of {dense:,} parameters: {plan.heads_removed} of "
+          f"{sum(plan.structure.heads.num_heads)} heads and {plan.neurons_removed} FFN neurons (widths {widths}), "
+          f"their mean outputs folded into the output biases; wrote {args.out}")
     return EXIT_OK
 
 
