@@ -94,8 +94,8 @@ def test_prune_params_plans_heads_and_ffn_jointly_through_the_cli(tiny_bert_dir,
 
     import edgeprune
     from edgeprune.cli import main
-    from edgeprune.pruning import prune_jointly
     from edgeprune.progress import Progress
+    from edgeprune.pruning import prune_jointly
     from edgeprune.tasks import bundled_task
 
     flags = ["--model", str(tiny_bert_dir), "--examples", "16", "--max-length", "32", "--quiet"]
