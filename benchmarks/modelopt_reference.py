@@ -52,11 +52,16 @@ def modelopt_venv(path: Path) -> Path:
     """The venv's python, created with PACKAGES the first time."""
     python = path / "bin" / "python"
     marker = path / "edgeprune-packages.txt"
-    if not (python.exists() and marker.exists() and marker.read_text() == "\n".join(PACKAGES)):
+    installed = "\n".join(PACKAGES) + "\nwithout torchvision"  # what the marker records
+    if not (python.exists() and marker.exists() and marker.read_text() == installed):
         print(f"creating ModelOpt's virtual environment in {path} ...", file=sys.stderr)
         subprocess.run([sys.executable, "-m", "venv", "--clear", str(path)], check=True)
         subprocess.run([str(python), "-m", "pip", "install", "-q", *PACKAGES], check=True)
-        marker.write_text("\n".join(PACKAGES))
+        # torchprofile pulls PyPI's torchvision, built for PyPI's CUDA torch: against the CPU torch its ops fail to
+        # register (`operator torchvision::nms does not exist`) when transformers imports it. Neither ModelOpt's
+        # gradnas nor torchprofile's counting of this model needs it, and transformers runs without it.
+        subprocess.run([str(python), "-m", "pip", "uninstall", "-q", "-y", "torchvision"], check=True)
+        marker.write_text(installed)
     return python
 
 

@@ -9,6 +9,8 @@ import typing
 from pathlib import Path
 from typing import Any, TypeVar
 
+from edgeprune.errors import DiskFullError
+
 T = TypeVar("T")
 
 
@@ -105,14 +107,18 @@ def write_text_atomic(path: Path, text: str) -> None:
 def write_bytes_atomic(path: Path, data: bytes) -> None:
     """Write to a temporary file in the same folder, then rename: readers never see half a file."""
     path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
+    tmp = None
     try:
+        fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")  # no inode: a full disk
         with os.fdopen(fd, "wb") as handle:
             handle.write(data)
         umask = os.umask(0)
         os.umask(umask)
         os.chmod(tmp, 0o666 & ~umask)  # mkstemp creates 0600; artifacts are ordinary files
         os.replace(tmp, path)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
+    except BaseException as error:
+        if tmp is not None:
+            Path(tmp).unlink(missing_ok=True)
+        if DiskFullError.is_disk_full(error) and not isinstance(error, DiskFullError):
+            raise DiskFullError(path, len(data)) from error
         raise

@@ -1,5 +1,6 @@
 """Shared fixtures: tiny random models (fast) and an isolated cache."""
 
+import os
 import shutil
 import signal
 from pathlib import Path
@@ -49,9 +50,49 @@ def one_thread():
     torch.set_num_threads(threads)
 
 
+def shared_between_workers(tmp_path_factory, name: str) -> Path:
+    """A folder every pytest-xdist worker of this run shares (`make test` runs two, each taking whole test files):
+    the caches below are keyed by content and written whole then renamed (edgeprune.serialization), so two workers
+    filling one entry at once waste work at worst, never corrupt it. Without xdist, a folder of this session's."""
+    if os.environ.get("PYTEST_XDIST_WORKER") is None:
+        return tmp_path_factory.mktemp(name)
+    folder = tmp_path_factory.getbasetemp().parent / name  # the workers' base folders are siblings
+    folder.mkdir(exist_ok=True)
+    return folder
+
+
+# The files that took longest in `make test` (summed test time, 2026-12-03), longest first. Under two workers taking
+# whole files in collection order (`--dist loadfile --no-loadscope-reorder`), these start first and the short files
+# fill in around them, so that no long file starts last and runs alone (a hint: a file missing here only runs later).
+LONGEST_FILES = (
+    "test_readme_commands.py", "test_recipes.py", "test_fit_recovery.py", "test_cluster.py", "test_minilm_fit.py",
+    "test_fit_integration.py", "test_fit_kill_anywhere.py", "test_fit_decoder.py", "test_fit_resume_and_budgets.py",
+    "test_fleet.py", "test_runtime_dimension.py", "test_fit_auto_recovery.py", "test_ray_address.py",
+    "test_progress_cli.py", "test_byo_minilm.py", "test_cli_artifacts.py", "test_app_handoff.py",
+    "test_generation.py", "test_ssh_transport.py", "test_recipe_int8_static.py", "test_cache.py",
+    "test_full_disk.py", "test_build_job.py",
+)
+
+
+def pytest_collection_modifyitems(config, items):
+    rank = {name: index for index, name in enumerate(LONGEST_FILES)}
+    items.sort(key=lambda item: rank.get(item.path.name, len(rank)))  # stable: each file keeps its own order
+
+
+@pytest.fixture(scope="module")
+def one_ray_cluster_at_a_time(tmp_path_factory):
+    """Held by a test module that starts a Ray cluster, for as long as the module runs: under `make test`'s two
+    workers two modules each starting a cluster on this machine would compete for its ports and cores."""
+    import fcntl
+
+    with open(shared_between_workers(tmp_path_factory, "locks") / "ray.lock", "w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        yield
+
+
 @pytest.fixture(scope="session")
 def session_exports(tmp_path_factory) -> Path:
-    return tmp_path_factory.mktemp("exports")
+    return shared_between_workers(tmp_path_factory, "exports")
 
 
 @pytest.fixture(autouse=True)
@@ -91,7 +132,7 @@ def minilm_cache(tmp_path_factory) -> Path:
     """One cache folder for the tests that run the bundled MiniLM task with its defaults (the README's commands,
     the demo fit): its dense teacher (about 100 s here) is then built once per session. The cache is keyed by
     content, so sharing it changes no result, only what is rebuilt."""
-    return tmp_path_factory.mktemp("minilm-cache")
+    return shared_between_workers(tmp_path_factory, "minilm-cache")
 
 
 def small_vocab_tokenizer_files(folder: Path, words: int = 2000) -> int:

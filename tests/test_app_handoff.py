@@ -18,6 +18,7 @@ from edgeprune.export.manifest import ModelManifest, file_sha256, inspect_artifa
 from edgeprune.export.usage import EXAMPLE_TEXT, USAGE_NAME, usage_markdown
 from edgeprune.quantize.vocabulary import VocabularyMap
 from edgeprune.serialization import to_jsonable
+from tests.test_fit_integration import NO_RECOVERY
 
 pytestmark = pytest.mark.integration
 
@@ -34,7 +35,8 @@ def shipped(small_bert_dir, tmp_path_factory):
     out, printed = folder / "fit", io.StringIO()
     with pytest.MonkeyPatch.context() as patch, contextlib.redirect_stdout(printed):
         patch.setenv("EDGEPRUNE_CACHE", str(folder / "cache"))
-        code = main(["fit", "--model", str(small_bert_dir), "--max-mb", "5", "--trim-vocab", "--recipe", "int8",
+        code = main(["fit", *NO_RECOVERY,
+                     "--model", str(small_bert_dir), "--max-mb", "5", "--trim-vocab", "--recipe", "int8",
                      "--out", str(out), "--json", *FAST])
     result = json.loads(printed.getvalue())
     assert code == 0, result["message"]

@@ -18,6 +18,7 @@ os.environ["RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER"] = "0"
 from edgeprune.cli import main  # noqa: E402
 from edgeprune.cluster import BoardPool, load_boards  # noqa: E402
 from edgeprune.cluster.ahead import nodes_elsewhere, start_builds_ahead  # noqa: E402
+from edgeprune.cluster.connect import check_speaks_grpc  # noqa: E402
 from edgeprune.errors import UserInputError  # noqa: E402
 from edgeprune.progress import Progress  # noqa: E402
 from edgeprune.search import Budget  # noqa: E402
@@ -25,9 +26,11 @@ from edgeprune.search.fit import FitOptions, fit  # noqa: E402
 from edgeprune.tasks import bundled_task  # noqa: E402
 from edgeprune.tasks.base import Task  # noqa: E402
 from tests.sshd import start_sshd  # noqa: E402
-from tests.test_fit_integration import FAST, HEADS_ONLY  # noqa: E402
+from tests.test_fit_integration import FAST, HEADS_ONLY, NO_RECOVERY  # noqa: E402
 
 PINNED = "board:lab-pinned"
+
+pytestmark = pytest.mark.usefixtures("one_ray_cluster_at_a_time")  # tests/conftest.py
 
 
 @pytest.fixture(scope="module")
@@ -84,7 +87,7 @@ class Recorder(Progress):
 
 
 OPTIONS = FitOptions(recipes=("int8",), scoring_examples=32, ffn_fractions=(0.0,), layer_removals=(0,),
-                     trim_vocabulary=False, bench_runs=20, bench_warmup=1)
+                     trim_vocabulary=False, bench_runs=20, bench_warmup=1, recover_steps=0)
 
 
 def small_task(model_dir):
@@ -97,7 +100,7 @@ def test_a_fit_through_the_pool_on_the_cluster_equals_the_fit_through_the_profil
     profile = lab_profile(tmp_path, first)
     boards = boards_file(tmp_path, profile, {"lab-a": first})
     out = tmp_path / "pooled"
-    code = main(["fit", "--model", str(small_bert_dir), "--device", str(profile), "--boards", str(boards),
+    code = main(["fit", *NO_RECOVERY, "--model", str(small_bert_dir), "--device", str(profile), "--boards", str(boards),
                  "--ray", ray_cluster[0].address, "--max-mb", "0.5", "--recipe", "int8", "--out", str(out), "--json",
                  *HEADS_ONLY, *FAST])
     printed = capsys.readouterr()
@@ -108,7 +111,8 @@ def test_a_fit_through_the_pool_on_the_cluster_equals_the_fit_through_the_profil
     assert pooled["fitted"]["benchmark"]["board"] == "lab-a" and pooled["fitted"]["benchmark"]["measured"]
     direct = fit(small_task(small_bert_dir), device=str(profile), budget=Budget(max_mb=0.5), out=tmp_path / "direct",
                  options=FitOptions(recipes=("int8",), scoring_examples=32, ffn_fractions=(0.0,),
-                                    layer_removals=(0,), trim_vocabulary=False, runtime="executorch"))
+                                    layer_removals=(0,), trim_vocabulary=False, runtime="executorch",
+                                    recover_steps=0))
     assert direct.fitted.benchmark.board == ""  # through the profile's own connection
     # the timing-independent parts are the same: status, choice, every candidate built and its quality
     assert pooled["status"] == direct.status
@@ -205,6 +209,11 @@ def test_builds_and_recoveries_started_ahead_on_ray_change_no_decision(ray_clust
     assert [re.sub(r"\(\d+ s\)", "", c.recovery) for c in built_ahead.candidates] == [
         re.sub(r"\(\d+ s\)", "", c.recovery) for c in plain.candidates]
     assert any(c.recovery for c in plain.candidates)
+
+
+def test_a_real_head_passes_the_check_that_refuses_ports_that_are_not_ray(ray_cluster):
+    cluster, _ = ray_cluster
+    check_speaks_grpc(cluster.address)  # the GCS answers as a gRPC server does, at once
 
 
 def test_by_default_no_build_runs_ahead_on_a_cluster_whose_every_node_is_this_machine(ray_cluster):

@@ -11,6 +11,7 @@ import pytest
 from edgeprune.cli import main
 from edgeprune.models.llama import gqa_removal_is_valid
 from tests._byo import tiny_llama_dir, topic_rows, write_jsonl
+from tests.test_fit_integration import NO_RECOVERY
 
 
 def decoder_data(folder):
@@ -28,7 +29,8 @@ def gqa_fit(tmp_path_factory):
     out, printed = folder / "fit", io.StringIO()
     with pytest.MonkeyPatch.context() as patch, contextlib.redirect_stdout(printed):
         patch.setenv("EDGEPRUNE_CACHE", str(folder / "cache"))
-        code = main(["fit", "--task", "causal-lm", "--model", str(model), "--data", str(decoder_data(folder)),
+        code = main(["fit", *NO_RECOVERY,
+                     "--task", "causal-lm", "--model", str(model), "--data", str(decoder_data(folder)),
                      "--max-length", "16", "--device", "host", "--max-mb", "7.925", "--recipe", "fp32",
                      "--ffn-fractions", "0", "--layer-removals", "0", "--scoring-examples", "8", "--quiet",
                      "--json", "--out", str(out)])

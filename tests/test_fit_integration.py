@@ -13,6 +13,9 @@ pytestmark = pytest.mark.integration
 
 FAST = ["--max-length", "32", "--scoring-examples", "32", "--quiet"]
 HEADS_ONLY = ["--ffn-fractions", "0", "--layer-removals", "0", "--no-trim-vocab"]
+# fits about something else than recovery turn its default (distil a candidate that lost quality) off: it is tested
+# in tests/test_fit_auto_recovery.py, and 150 steps per candidate would double the suite
+NO_RECOVERY = ["--recover-steps", "0"]
 
 
 def assert_fit_chose_right(result):
@@ -34,7 +37,8 @@ def test_fit_removes_heads_until_the_artifact_fits(small_bert_dir, small_bert_in
     # exactly the size with 4 of 8 heads gone (head sizes are equal): int8 alone is not enough
     budget_mb = small_bert_int8_bytes(2) / 1e6
     out = tmp_path / "fit"
-    code = main(["fit", "--model", str(small_bert_dir), "--device", "host", "--max-mb", f"{budget_mb:.7f}",
+    code = main(["fit", *NO_RECOVERY,
+                 "--model", str(small_bert_dir), "--device", "host", "--max-mb", f"{budget_mb:.7f}",
                  "--recipe", "int8", "--recipe", "int4", "--out", str(out), "--json", *HEADS_ONLY, *FAST])
     printed = json.loads(capsys.readouterr().out)
     assert code == 0, printed["message"]
@@ -85,7 +89,7 @@ def test_fit_removes_heads_until_the_artifact_fits(small_bert_dir, small_bert_in
 
 def test_fit_that_cannot_fit_exits_3_with_the_closest_result(small_bert_dir, tmp_path, capsys):
     out = tmp_path / "tight"
-    code = main(["fit", "--model", str(small_bert_dir), "--max-mb", "0.05", "--out", str(out), *FAST])
+    code = main(["fit", *NO_RECOVERY, "--model", str(small_bert_dir), "--max-mb", "0.05", "--out", str(out), *FAST])
     captured = capsys.readouterr()
     assert code == 3
     assert "cannot meet size" in captured.out and "--max-mb" in captured.out
@@ -110,7 +114,8 @@ def test_the_search_spans_ffn_width_layers_and_vocabulary(small_bert_dir, small_
     # a removed layer or a trimmed vocabulary; the search weighs them all and builds only a few
     budget_mb = (small_bert_int8_bytes(2) + small_bert_int8_bytes(3)) / 2e6
     out = tmp_path / "space"
-    code = main(["fit", "--model", str(small_bert_dir), "--max-mb", f"{budget_mb:.6f}", "--recipe", "int8",
+    code = main(["fit", *NO_RECOVERY,
+                 "--model", str(small_bert_dir), "--max-mb", f"{budget_mb:.6f}", "--recipe", "int8",
                  "--ffn-fractions", "0,0.5", "--out", str(out), "--json", *FAST])
     result = json.loads(capsys.readouterr().out)
     assert code == 0, result["message"]
@@ -154,7 +159,7 @@ host = "127.0.0.1"
 port = {port}
 user = "nobody"
 """)
-    common = ["fit", "--model", str(small_bert_dir), "--device", str(profile), "--recipe", "int8",
+    common = ["fit", *NO_RECOVERY, "--model", str(small_bert_dir), "--device", str(profile), "--recipe", "int8",
               *HEADS_ONLY, *FAST]
     assert main([*common, "--require-device", "--out", str(tmp_path / "strict")]) == 5
     assert "board" in capsys.readouterr().err and not (tmp_path / "strict").exists()

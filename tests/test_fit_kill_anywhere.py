@@ -21,7 +21,7 @@ from tests.conftest import small_vocab_tokenizer_files, tiny_bert
 
 pytestmark = pytest.mark.integration
 
-KILLS = 10
+KILLS = 6  # seeded kills across the stages, each followed by a resume (which may be killed in turn)
 EDGEPRUNE = [sys.executable, "-c", "from edgeprune.cli import main; raise SystemExit(main())"]
 
 
@@ -36,7 +36,8 @@ def setup(tmp_path_factory):
     tiny_bert(seed=1, vocab_size=vocab, hidden_size=64, num_hidden_layers=2, num_attention_heads=4,
               intermediate_size=64, max_position_embeddings=64).save_pretrained(model)
     env = {**os.environ, "EDGEPRUNE_CACHE": str(root / "cache"), "PYTHONUNBUFFERED": "1", "OMP_NUM_THREADS": "1"}
-    flags = ["fit", "--task", "minilm-bbc", "--model", str(model), "--max-length", "32", "--max-mb", "0.13",
+    flags = ["fit", "--recover-steps", "0",
+             "--task", "minilm-bbc", "--model", str(model), "--max-length", "32", "--max-mb", "0.13",
              "--recipe", "int8", "--ffn-fractions", "0", "--layer-removals", "0", "--no-trim-vocab",
              "--scoring-examples", "16"]
     return {"root": root, "env": env, "flags": flags}

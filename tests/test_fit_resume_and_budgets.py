@@ -12,7 +12,7 @@ from edgeprune.search import Budget
 from edgeprune.search.fit import FitOptions, fit
 from edgeprune.search.journal import work_dir_for
 from edgeprune.tasks import bundled_task
-from tests.test_fit_integration import FAST
+from tests.test_fit_integration import FAST, NO_RECOVERY
 
 pytestmark = pytest.mark.integration
 
@@ -34,7 +34,7 @@ class Recorder(Progress):
 def test_an_interrupted_fit_resumes_from_its_last_finished_candidate(small_bert_dir, small_bert_int8_bytes, tmp_path):
     budget = Budget(max_mb=small_bert_int8_bytes(2) / 1e6)
     options = FitOptions(recipes=("int8",), scoring_examples=32, ffn_fractions=(0.0,), layer_removals=(0,),
-                         trim_vocabulary=False)
+                         trim_vocabulary=False, recover_steps=0)
     out = tmp_path / "fit"
 
     def task():
@@ -66,11 +66,39 @@ def test_an_interrupted_fit_resumes_from_its_last_finished_candidate(small_bert_
         fit(task(), device="host", budget=budget, out=out, options=options, progress=Recorder(), resume=True)
 
 
+def test_a_fit_stopped_after_a_recovery_resumes_with_the_recovered_weights_not_distilling_again(
+        small_bert_dir, small_bert_int8_bytes, tmp_path):
+    budget = Budget(max_mb=small_bert_int8_bytes(2) / 1e6)
+    options = FitOptions(recipes=("int8",), scoring_examples=32, ffn_fractions=(0.0,), layer_removals=(0,),
+                         trim_vocabulary=False, recover_steps=6)
+    out = tmp_path / "fit"
+
+    def task():
+        return bundled_task("minilm-bbc", model_path=small_bert_dir, max_length=32, progress=Progress(enabled=False))
+
+    interrupted = Recorder(stop_at="the structure's bound from now on")  # right after the first recovery
+    with pytest.raises(KeyboardInterrupt):
+        fit(task(), device="host", budget=budget, out=out, options=options, progress=interrupted)
+    recovered = next(n for n in interrupted.notes if "the structure's bound from now on" in n)
+    structure = recovered.split("  recovered ")[1].split(" in ")[0]  # "4 heads removed"
+    first_seconds = float(recovered.split(" in ")[1].split(" s:")[0])
+    saved = list((work_dir_for(out) / "recovered").glob("*.pt"))
+    assert len(saved) == 1, "the recovered weights are kept in the work folder for a resume"
+
+    resumed = Recorder()
+    result = fit(task(), device="host", budget=budget, out=out, options=options, progress=resumed, resume=True)
+    assert result.fits
+    assert f"  {structure}: recovered before (resumed)" in resumed.notes
+    assert not any(n.startswith(f"  recovered {structure} in ") for n in resumed.notes)  # not distilled again
+    assert result.recovery.structures >= 1 and result.recovery.seconds >= round(first_seconds) - 1
+    assert not (out / "recovered").exists()  # kept for a resume only, not shipped
+
+
 def test_a_fit_past_its_time_limit_ships_the_first_candidate_that_fits_and_says_what_was_left(
         small_bert_dir, small_bert_int8_bytes, tmp_path, capsys):
     out = tmp_path / "limited"
     # a limit passed before the search starts: the search builds until one candidate meets the budget, then stops
-    code = main(["fit", "--model", str(small_bert_dir), "--max-mb", str(small_bert_int8_bytes(2) / 1e6),
+    code = main(["fit", *NO_RECOVERY, "--model", str(small_bert_dir), "--max-mb", str(small_bert_int8_bytes(2) / 1e6),
                  "--recipe", "int8", "--time-limit", "0.001", "--out", str(out), *FAST])
     printed = capsys.readouterr().out
     assert code == 0, printed
@@ -89,7 +117,7 @@ def test_a_fit_past_its_time_limit_ships_the_first_candidate_that_fits_and_says_
 
 def test_a_latency_budget_nothing_meets_exits_3_with_the_measured_fix(small_bert_dir, tmp_path, capsys):
     out = tmp_path / "slow"
-    code = main(["fit", "--model", str(small_bert_dir), "--max-mb", "50", "--max-latency-ms", "0.001",
+    code = main(["fit", *NO_RECOVERY, "--model", str(small_bert_dir), "--max-mb", "50", "--max-latency-ms", "0.001",
                  "--recipe", "int8", "--out", str(out), "--json", *FAST])
     result = json.loads(capsys.readouterr().out)
     assert code == 3 and result["status"] == "budget_not_met" and result["binding_budgets"] == ["latency p50"]

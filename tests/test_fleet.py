@@ -15,7 +15,7 @@ from edgeprune.search.fleet import fit_fleet
 from edgeprune.search.fleet_result import FleetResult
 from edgeprune.tasks import bundled_task
 from tests.sshd import free_port
-from tests.test_fit_integration import FAST, HEADS_ONLY
+from tests.test_fit_integration import FAST, HEADS_ONLY, NO_RECOVERY
 
 pytestmark = pytest.mark.integration
 
@@ -82,7 +82,8 @@ require_device = true
 max_mb = {tight}
 """)
     out = tmp_path / "fleet"
-    code = main(["--config", str(project), "fit", "--model", str(small_bert_dir), "--recipe", "int8", "--out", str(out),
+    code = main(["--config", str(project), "fit", *NO_RECOVERY,
+                 "--model", str(small_bert_dir), "--recipe", "int8", "--out", str(out),
                  *HEADS_ONLY, *FAST])
     printed = capsys.readouterr()
     assert code == 3, printed.err  # not every device fits: one failed
@@ -108,7 +109,7 @@ max_mb = {tight}
     alone = fit(bundled_task("minilm-bbc", model_path=small_bert_dir, max_length=32, progress=Progress(enabled=False)),
                 device=str(second), budget=Budget(max_mb=tight), out=tmp_path / "alone",
                 options=FitOptions(recipes=("int8",), scoring_examples=32, ffn_fractions=(0.0,), layer_removals=(0,),
-                                   trim_vocabulary=False))
+                                   trim_vocabulary=False, recover_steps=0))
     together = json.loads((out / "host2" / "result.json").read_text())
     assert alone.fitted.describe() == host2.structure and alone.fitted.file_bytes == host2.file_bytes
     assert sorted(c.describe() for c in alone.candidates) == sorted(
@@ -126,7 +127,7 @@ def host2_quality(result: dict):
 def test_an_interrupted_fleet_resumes_device_by_device(small_bert_dir, tmp_path):
     second = host_like(tmp_path, "host2")
     options = FitOptions(recipes=("int8",), scoring_examples=32, ffn_fractions=(0.0,), layer_removals=(0,),
-                         trim_vocabulary=False)
+                         trim_vocabulary=False, recover_steps=0)
 
     def task():
         return bundled_task("minilm-bbc", model_path=small_bert_dir, max_length=32, progress=Progress(enabled=False))

@@ -11,6 +11,7 @@ import torch
 
 from edgeprune.cli import main
 from edgeprune.tasks import make_task
+from tests.test_fit_integration import NO_RECOVERY
 
 MEAN, STD = 0.45, 0.2
 BRIGHTNESS = {"dark": (0, 70), "mid": (90, 160), "light": (180, 256)}  # class -> range of its pixel values
@@ -92,7 +93,7 @@ def test_processor_settings_that_do_not_fit_the_model_are_one_line_exit_2(settin
     images = write_brightness_folder(tmp_path / "images", per_class=3)
     out = tmp_path / "fit"
     capsys.readouterr()  # what writing the model printed
-    code = main(["fit", "--task", "image-classification", "--model", str(model), "--data", str(images),
+    code = main(["fit", *NO_RECOVERY, "--task", "image-classification", "--model", str(model), "--data", str(images),
                  "--quiet", "--out", str(out)])
     err = capsys.readouterr().err
     assert code == 2, err
@@ -109,7 +110,7 @@ def test_a_grayscale_vit_fits_end_to_end_and_its_folder_feeds_an_app(tmp_path, c
 
     model, images = gray_vit_dir(tmp_path / "vit"), write_brightness_folder(tmp_path / "images")
     out = tmp_path / "fit"
-    code = main(["fit", "--task", "image-classification", "--model", str(model), "--data", str(images),
+    code = main(["fit", *NO_RECOVERY, "--task", "image-classification", "--model", str(model), "--data", str(images),
                  "--device", "host", "--max-mb", "5", "--recipe", "fp32", "--ffn-fractions", "0",
                  "--layer-removals", "0", "--scoring-examples", "8", "--quiet", "--json", "--out", str(out)])
     result = json.loads(capsys.readouterr().out)

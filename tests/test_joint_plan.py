@@ -118,3 +118,31 @@ def test_prune_params_plans_heads_and_ffn_jointly_through_the_cli(tiny_bert_dir,
                  str(tmp_path / "both")])
     err = capsys.readouterr().err
     assert code == 2 and "one of --scores" in err and len(err.strip().splitlines()) == 1
+
+
+def test_prune_ratio_removes_that_fraction_of_what_heads_and_ffn_own(tiny_bert_dir, tmp_path, capsys):
+    import json
+    import math
+
+    import edgeprune
+    from edgeprune.cli import main
+    from edgeprune.pruning import prunable_parameters
+
+    dense = edgeprune.load(tiny_bert_dir)
+    layers = dense.config.num_hidden_layers
+    hidden, ffn = dense.config.hidden_size, dense.config.intermediate_size
+    # a head owns its query, key and value rows (with biases) and its output columns; a neuron its input row, bias
+    # and output column
+    owned = layers * (4 * hidden * hidden + 3 * hidden) + layers * ffn * (2 * hidden + 1)
+    assert prunable_parameters(dense) == owned
+    flags = ["--model", str(tiny_bert_dir), "--examples", "16", "--max-length", "32", "--quiet"]
+    assert main(["prune", *flags, "--ratio", "0.25", "--ffn-multiple", "16", "--out", str(tmp_path / "quarter"),
+                 "--json"]) == 0
+    printed = json.loads(capsys.readouterr().out)
+    assert printed["asked"] == math.ceil(0.25 * owned) <= printed["parameters_removed"]
+    assert parameters_of(dense) - parameters_of(edgeprune.load(tmp_path / "quarter")) == printed["parameters_removed"]
+    for ratio in ("0", "1", "-0.5", "nan"):
+        code = main(["prune", *flags, "--ratio", ratio, "--out", str(tmp_path / f"bad{ratio}")])
+        err = capsys.readouterr().err
+        assert code == 2 and len(err.strip().splitlines()) == 1 and "--ratio" in err, err
+

@@ -16,6 +16,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 import edgeprune.cli
+import edgeprune.cli.pruning  # the verb patched below (the CLI imports it lazily)
 from edgeprune.cli import main
 from edgeprune.cli.common import positive_mb
 from edgeprune.errors import EdgepruneError
@@ -466,7 +467,9 @@ def test_a_connection_ssh_or_adb_would_misread_is_refused(flags, tmp_path, capfd
     (EdgepruneError("a plain failure\nwith a second line"), 1, "edgeprune: error: a plain failure | with a second"),
     (RuntimeError("boom"), 1, "edgeprune: internal error: RuntimeError: boom (run with --debug for the traceback)"),
     (KeyError("k"), 1, "internal error: KeyError: 'k'"),
-    (OSError(28, "No space left on device"), 1, "No space left on device (run with --debug"),
+    # a full disk reported by a library's own write (no file name): the user's to fix, exit 2
+    (OSError(28, "No space left on device"), 2, "edgeprune: error: no space left on the disk (it needed more room"),
+    (OSError(5, "Input/output error"), 1, "Input/output error (run with --debug"),
     (KeyboardInterrupt(), 130, "interrupted"),
 ])
 def test_every_error_is_one_line_and_debug_shows_the_traceback(error, code, expected, tmp_path, capfd,

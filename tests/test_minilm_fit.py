@@ -5,6 +5,7 @@ import json
 import pytest
 
 from edgeprune.cli import main
+from tests.test_fit_integration import NO_RECOVERY
 
 pytestmark = pytest.mark.integration
 
@@ -14,7 +15,7 @@ def test_minilm_bbc_fits_30_mb_within_two_points_of_the_dense_teacher(tmp_path, 
     out = tmp_path / "minilm"
     # the demo's budget on the int8 rung, heads and vocabulary only, to keep the suite short (the demo's whole
     # space is measured by `make demo` and benchmarks/fit_search.py; the space is tested on a small BERT)
-    code = main(["fit", "--device", "host", "--max-mb", "30", "--recipe", "int8", "--ffn-fractions", "0",
+    code = main(["fit", *NO_RECOVERY, "--device", "host", "--max-mb", "30", "--recipe", "int8", "--ffn-fractions", "0",
                  "--layer-removals", "0", "--out", str(out), "--quiet"])
     assert code == 0, capsys.readouterr()
     result = json.loads((out / "result.json").read_text())

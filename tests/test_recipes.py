@@ -11,6 +11,7 @@ from edgeprune.quantize import RECIPES, UNVERIFIED_RECIPES, SizeModel, any_recip
 from edgeprune.quantize.int4_embedding import Int4Embedding, group_size, scale_bytes_per_row
 from edgeprune.quantize.int8_embedding import Int8Embedding
 from edgeprune.quantize.size_model import payload_bytes
+from edgeprune.runtimes import RUNTIMES
 from tests.conftest import tiny_bert
 
 
@@ -63,7 +64,7 @@ def test_int4_embedding_packs_two_values_a_byte_within_half_a_step_of_its_group(
                                   if name not in ("litert-int8-static", "litert-int4")])
 def test_recipe_exports_an_artifact_that_matches_its_pytorch_source_and_the_size_model(name, tmp_path):
     recipe = any_recipe(name)
-    suffix = ".pte" if recipe.runtime == "executorch" else ".tflite"
+    suffix = RUNTIMES.get(recipe.runtime).suffix
     inputs = _inputs()
     sizes = SizeModel()
     for index, model in enumerate((_model(), prune_heads(_model(), {0: [0, 1], 1: [1, 2, 3]}))):

@@ -15,6 +15,7 @@ from edgeprune.search.options import FitOptions
 from edgeprune.search.searcher import at_least_as_faithful
 from tests.conftest import small_vocab_tokenizer_files, tiny_bert
 from tests.test_device_profiles import GOOD
+from tests.test_fit_integration import NO_RECOVERY
 
 PROFILE = GOOD.replace("threads = 4\n", "threads = 4\n{runtimes}\n")  # the profile tests' board, + runtimes
 
@@ -100,7 +101,8 @@ def test_a_fit_over_both_runtimes_ships_the_winner_and_says_by_how_much(runtime_
     assert executorch > 1.5 * litert, (executorch, litert)
     budget = (executorch * litert) ** 0.5
     out = tmp_path / "fit"
-    code = main(["fit", "--model", str(runtime_bert_dir), "--runtime", "executorch,litert", "--recipe", "int8",
+    code = main(["fit", *NO_RECOVERY,
+                 "--model", str(runtime_bert_dir), "--runtime", "executorch,litert", "--recipe", "int8",
                  "--recipe", "litert-int8", "--max-latency-ms", f"{budget:.4f}", "--ffn-fractions", "0",
                  "--layer-removals", "0", "--no-trim-vocab", "--max-length", "32", "--scoring-examples", "32", "--out",
                  str(out), "--json", "--quiet"])

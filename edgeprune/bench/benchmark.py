@@ -19,6 +19,7 @@ import torch
 from edgeprune.devices.profile import NATIVE_KEYS, DeviceProfile, Endpoint, PowerModel
 from edgeprune.devices.transports.base import Transport
 from edgeprune.errors import EdgepruneError, UserInputError
+from edgeprune.runtimes import runtime_for_suffix
 
 RUNNER = Path(__file__).with_name("runner.py")
 SENSORS = Path(__file__).with_name("sensors")
@@ -126,7 +127,7 @@ def benchmark_on(
     if threads < 1:
         raise ValueError(f"need threads >= 1, got {threads}")
     artifact = Path(artifact)
-    runtime = runtime or {".pte": "executorch", ".tflite": "litert"}.get(artifact.suffix)
+    runtime = runtime or runtime_for_suffix(artifact.suffix)
     if runtime is None:
         raise ValueError(f"{artifact}: cannot tell the runtime from the file type; pass runtime=")
     device = device or (profile.name if profile else "host")

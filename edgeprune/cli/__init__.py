@@ -14,7 +14,7 @@ from edgeprune import __version__
 from edgeprune.cli.common import epilog, one_line
 from edgeprune.cli.config import project_defaults, split_config_flag
 from edgeprune.cli.lazy import LazyGroup, LazyVerb
-from edgeprune.errors import EdgepruneError, UserInputError
+from edgeprune.errors import DiskFullError, EdgepruneError, UserInputError
 
 DEBUG_FLAG = "--debug"
 QUIET_FLAG, VERBOSE_FLAG = "--quiet", "--verbose"  # global: accepted before or after the verb, by every verb
@@ -175,6 +175,9 @@ def invoke(group: click.Group, argv: list[str], debug: bool, extra: dict[str, An
     except OSError as error:  # the machine's, not the input's: a full disk, a file that went away, ...
         if debug:
             raise
+        if DiskFullError.is_disk_full(error):  # a library's own write (torch.save, a copy): exit 2 like ours
+            sys.stderr.write(f"edgeprune: error: {DiskFullError(error.filename)}\n")
+            return DiskFullError.exit_code
         sys.stderr.write(f"edgeprune: error: {one_line(error) or type(error).__name__} {DEBUG_HINT}\n")
         return EXIT_INTERNAL
     except Exception as error:  # a bug: one line that says so, the traceback with --debug

@@ -22,8 +22,8 @@ from edgeprune.cli.common import (
 )
 from edgeprune.cli.devices import connection_options, endpoint_from
 from edgeprune.errors import UserInputError
-from edgeprune.export import RUNTIMES
 from edgeprune.quantize import RECIPES
+from edgeprune.runtimes import RUNTIMES
 
 if TYPE_CHECKING:
     from edgeprune.quantize import Recipe
@@ -99,7 +99,7 @@ def run_quantize(args: SimpleNamespace) -> int:
     from edgeprune.serialization import write_json_atomic
 
     recipe = RECIPES.get(args.recipe)
-    if recipe.runtime != "executorch":
+    if not RUNTIMES.get(recipe.runtime).quantizes_in_pytorch:
         raise UserInputError(f"{recipe.name} quantizes the converted LiteRT flatbuffer; use "
                              f"`edgeprune export --runtime litert --recipe {recipe.name}`")
     if args.out.suffix != ".pt2":

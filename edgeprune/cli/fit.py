@@ -4,6 +4,8 @@ import contextlib
 import dataclasses
 import json
 import math
+import os
+import sys
 from pathlib import Path
 from types import SimpleNamespace
 
@@ -28,10 +30,10 @@ from edgeprune.cli.common import (
 )
 from edgeprune.cli.devices import connection_options, endpoint_from
 from edgeprune.cli.recovery import PRECISIONS
-from edgeprune.errors import UserInputError
-from edgeprune.export import RUNTIMES
+from edgeprune.errors import DeviceUnreachableError, UserInputError
 from edgeprune.importance import CRITERIA
 from edgeprune.quantize import RECIPES
+from edgeprune.runtimes import RUNTIMES
 
 AUTO, AUTO_RECOVER_STEPS = "auto", 150  # of edgeprune.search.options; parsing imports no torch
 
@@ -205,7 +207,11 @@ def run_fit(args: SimpleNamespace) -> int:
     out = args.resume if args.resume is not None else args.out
     on_ray = args.ray is not None or args.boards is not None
     ahead = args.builds_ahead if on_ray else 0  # None on Ray: two when the cluster has other machines
-    with lab_pool(lab, args.ray, task.progress) as boards:
+    if on_ray and out is None:  # named here, so that a line about a lost cluster can say what to resume
+        from edgeprune.search.fit import default_out_dir
+
+        out = default_out_dir()
+    with lab_pool(lab, args.ray, task.progress, out) as boards:
         if len(profiles) > 1:
             return run_fleet(task, profiles, budgets, out, options, args, boards, ahead)
         result = fit_task(task, profile, budgets[profile.name], out, options, task.progress,
@@ -274,23 +280,53 @@ def lab_boards(args: SimpleNamespace) -> list | None:
 
 
 @contextlib.contextmanager
-def lab_pool(boards: list | None, address: str | None, progress):  # noqa: ANN001, ANN201 - yields a BoardPool
+def lab_pool(boards: list | None, address: str | None, progress, out: Path | None = None):  # noqa: ANN001, ANN201
     """Connected to the Ray cluster at `address` (with --ray or --boards), the pool of `boards` (None without),
-    closed, and a Ray started here stopped, afterwards."""
+    closed, and a Ray started here stopped, afterwards. A cluster whose head stops answering meanwhile ends the
+    process (`stop_when_cluster_lost`)."""
     if boards is None and address is None:
         yield None
         return
-    from edgeprune.cluster import BoardPool, connect_ray
+    from edgeprune.cluster import BoardPool, ClusterWatch, connect_ray
+    from edgeprune.cluster.connect import LOCAL
 
+    address = address or os.environ.get("RAY_ADDRESS")
     started = connect_ray(address)
+    watch = ClusterWatch(address, stop_when_cluster_lost(address, out)) if address and address != LOCAL else None
     try:
-        if boards is None:
-            yield None
-            return
-        with BoardPool(boards, progress) as pool:
-            yield pool
+        with watch or contextlib.nullcontext():
+            if boards is None:
+                yield None
+                return
+            with BoardPool(boards, progress) as pool:
+                yield pool
     finally:
         if started:
             import ray
 
             ray.shutdown()
+
+
+def stop_when_cluster_lost(address: str, out: Path | None):  # noqa: ANN201 - a callback for ClusterWatch
+    """What a fit on Ray does when the head stops answering: one line and exit 5 at once, its finished work kept
+    (the journal is on disk record by record, every other file is written whole or not at all), instead of
+    waiting on Ray, which would end the process itself a minute later in its own words."""
+
+    # the terminal's stderr as it is now: while an exporter runs, its output (fd 2) goes to a hidden sink
+    try:
+        terminal: int | None = os.dup(sys.stderr.fileno())
+    except (AttributeError, OSError, ValueError):  # a stream without a file (a test's capture)
+        terminal = None
+
+    def stop(reason: str) -> None:
+        resume = f"--resume {out}" if out is not None else "--resume OUT"
+        line = (f"edgeprune: error: lost the Ray cluster at {address} mid-fit ({reason}); the finished work is kept: "
+                f"continue with `edgeprune fit ... {resume}` without --ray, or once the cluster is back\n")
+        if terminal is not None:
+            os.write(terminal, line.encode())
+        else:
+            sys.stderr.write(line)
+            sys.stderr.flush()
+        os._exit(DeviceUnreachableError.exit_code)  # from the watching thread: the main one may be inside Ray
+
+    return stop

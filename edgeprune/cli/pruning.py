@@ -1,6 +1,7 @@
 """`edgeprune score` and `edgeprune prune`: head scores and pruning plans as JSON files."""
 
 import json
+import math
 from pathlib import Path
 from types import SimpleNamespace
 
@@ -57,8 +58,10 @@ def score_command(**values: object) -> int:
               help="remove at least N parameters in heads and FFN neurons together, every layer its own widths "
               "(one ranking by fluctuation per parameter, both compensated; measured on the calibration data, so "
               "no --scores); the plan.json written is a structure plan")
+@click.option("--ratio", "joint_ratio", type=finite, metavar="R",
+              help="as --params, with N the fraction R (0 < R < 1) of the parameters heads and FFN neurons own")
 @click.option("--ffn-multiple", type=int, default=32, show_default=True,
-              help="with --params: FFN widths stay multiples of this (a 4-bit recipe's group)")
+              help="with --params or --ratio: FFN widths stay multiples of this (a 4-bit recipe's group)")
 @click.option("--remove", type=int, help="global-topk: heads to remove in all")
 @click.option("--remove-per-layer", type=int, help="per-layer: heads to remove from each layer")
 @click.option("--threshold", type=finite, help="threshold: remove heads scoring below this")
@@ -130,9 +133,12 @@ def run_prune(args: SimpleNamespace) -> int:
     from edgeprune.tasks import minilm_model_path
     from edgeprune.tasks.compatibility import check_model_folder
 
-    if sum(value is not None for value in (args.plan, args.scores, args.joint_parameters)) != 1:
-        raise UserInputError("prune needs one of --scores (from `edgeprune score`), --plan (a plan JSON) or --params N "
-                             "(heads and FFN neurons planned jointly)")
+    if sum(value is not None for value in (args.plan, args.scores, args.joint_parameters, args.joint_ratio)) != 1:
+        raise UserInputError("prune needs one of --scores (from `edgeprune score`), --plan (a plan JSON), --params N "
+                             "or --ratio R (heads and FFN neurons planned jointly)")
+    if args.joint_ratio is not None and not 0 < args.joint_ratio < 1:
+        raise UserInputError(f"--ratio must be between 0 and 1 (a fraction of the heads' and FFN's parameters), "
+                             f"got {args.joint_ratio:g}")
     model_path = minilm_model_path() if args.model is None else model_folder(args.model)  # or a cached HF id
     check_model_folder(model_path)
     check_output_folder(args.out)
@@ -144,7 +150,7 @@ def run_prune(args: SimpleNamespace) -> int:
                                ("--params", args.joint_parameters, 0), ("--ffn-multiple", args.ffn_multiple, 1)):
         if value is not None and value < least:
             raise UserInputError(f"{flag} must be at least {least}, got {value}")
-    if args.joint_parameters is not None:
+    if args.joint_parameters is not None or args.joint_ratio is not None:
         return run_joint_prune(args, model_path)
     if args.plan is not None:
         plan = parse_json(PruningPlan.from_dict, read_json(args.plan, "plan"), args.plan)
@@ -175,23 +181,27 @@ def run_prune(args: SimpleNamespace) -> int:
 
 
 def run_joint_prune(args: SimpleNamespace, model_path: Path) -> int:
-    """`prune --params N`: heads and FFN neurons planned and removed together (`pruning.prune_jointly`)."""
+    """`prune --params N` / `--ratio R`: heads and FFN neurons planned and removed together
+    (`pruning.prune_jointly`)."""
     from edgeprune.models.io import load, save
-    from edgeprune.pruning import prune_jointly
+    from edgeprune.pruning import prunable_parameters, prune_jointly
     from edgeprune.serialization import to_jsonable, write_json_atomic
 
+    flag = "--params" if args.joint_parameters is not None else "--ratio"
     if args.compensate is False:
-        raise UserInputError("--params plans with the removed units' mean outputs folded in; drop --no-compensate")
+        raise UserInputError(f"{flag} plans with the removed units' mean outputs folded in; drop --no-compensate")
     model = load(model_path)
     dense = sum(p.numel() for p in model.parameters())
-    plan = prune_jointly(model, calibration_inputs(args), args.joint_parameters, args.min_heads_per_layer,
-                         args.ffn_multiple)
+    parameters = args.joint_parameters
+    if parameters is None:
+        parameters = math.ceil(args.joint_ratio * prunable_parameters(model))
+    plan = prune_jointly(model, calibration_inputs(args), parameters, args.min_heads_per_layer, args.ffn_multiple)
     plan_file = args.plan_out or args.out / "plan.json"
     write_json_atomic(plan_file, to_jsonable(plan.structure))
     save(model, args.out)
     widths = [len(kept) for kept in plan.structure.ffn_kept]
     if args.json:
-        print(json.dumps({"model": str(args.out), "plan": str(plan_file), "parameters": dense,
+        print(json.dumps({"model": str(args.out), "plan": str(plan_file), "parameters": dense, "asked": parameters,
                           "parameters_removed": plan.parameters_removed, "heads_removed": plan.heads_removed,
                           "heads": sum(plan.structure.heads.num_heads), "neurons_removed": plan.neurons_removed,
                           "ffn_widths": widths, "compensated": True}, indent=2))

@@ -3,7 +3,9 @@
 import os
 import socket
 import tempfile
-from collections.abc import Iterator
+import threading
+import time
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 
 from edgeprune.errors import DeviceUnreachableError, UserInputError
@@ -17,6 +19,7 @@ LOOPBACK_ONLY = {"RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER": "0"}
 CLIENT_PREFIX = "ray://"
 DEFAULT_PORTS = {"": 6379, CLIENT_PREFIX: 10001}  # a head's GCS, a Ray Client server
 REACH_TIMEOUT_S = 5.0  # for the head to accept a connection: Ray itself retries for minutes
+ANSWER_TIMEOUT_S = 3.0  # for its first HTTP/2 frame: a GCS sends it at once (about 1 ms on loopback)
 START_HINT = "start it with `ray start --head` on the head machine, or use --ray auto"
 
 
@@ -50,6 +53,87 @@ def check_reachable(address: str, timeout_s: float = REACH_TIMEOUT_S) -> None:
                                      f"{START_HINT}") from None
 
 
+# HTTP/2 with prior knowledge, as gRPC speaks it on a plain port (RFC 9113 3.4): the client's preface and an empty
+# SETTINGS frame (length 0, type 4, no flags, stream 0). The server's first frame must be a SETTINGS frame. Ray's
+# GCS and its Ray Client server are gRPC servers; written here (not the h2 package) for the first frame only.
+HTTP2_PREFACE = b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n" + bytes([0, 0, 0, 4, 0, 0, 0, 0, 0])
+HTTP2_SETTINGS = 4
+FRAME_HEADER_BYTES = 9
+
+
+def check_speaks_grpc(address: str, timeout_s: float = ANSWER_TIMEOUT_S) -> None:
+    """Refuse, in one line (exit 5), a cluster address whose port accepts connections but does not answer as a
+    gRPC server (another service, or one that never replies): Ray would wait on it without end."""
+    problem = grpc_problem(address, timeout_s)
+    if problem is not None:
+        raise DeviceUnreachableError(f"cannot reach the Ray cluster at {address}: {problem}; name the address "
+                                     "`ray start --head` printed on the head machine, or use --ray auto")
+
+
+def grpc_problem(address: str, timeout_s: float = ANSWER_TIMEOUT_S) -> str | None:
+    """None when the head at `address` answers as a gRPC server within `timeout_s`; else what is wrong."""
+    host, port = head_endpoint(address)
+    header = b""
+    try:
+        connection = socket.create_connection((host, port), timeout=timeout_s)
+    except TimeoutError:
+        return f"no answer from {host}:{port} within {timeout_s:g} s"
+    except OSError as error:  # refused, no route, a name that does not resolve
+        return f"{error.strerror or error} ({host}:{port})"
+    try:
+        with connection:
+            connection.settimeout(timeout_s)
+            connection.sendall(HTTP2_PREFACE)
+            while len(header) < FRAME_HEADER_BYTES:
+                chunk = connection.recv(FRAME_HEADER_BYTES - len(header))
+                if not chunk:
+                    break
+                header += chunk
+    except TimeoutError:
+        return f"{host}:{port} accepts connections but sent nothing within {timeout_s:g} s"
+    except OSError as error:
+        return f"{host}:{port} closed the connection ({error.strerror or error})"
+    if len(header) == FRAME_HEADER_BYTES and header[3] == HTTP2_SETTINGS:
+        return None
+    return f"{host}:{port} answers, but not as a Ray head (it replied {header[:16]!r})"
+
+
+WATCH_INTERVAL_S = 2.0  # between probes of the head while a fit runs on the cluster
+LOST_AFTER_S = 8.0  # without an answer: the head is gone (Ray ends its driver itself after 60 s, in its own words)
+
+
+class ClusterWatch:
+    """Probe the Ray head at `address` in a background thread while work runs on the cluster; once it has not
+    answered for `lost_after_s`, call `on_lost(reason)` from that thread (and stop watching). Ray does not tell its
+    driver that the head went away: calls into it wait, and 60 s later its C++ core ends the process with only its
+    own log line, so this is how edgeprune notices in seconds and says so in its own."""
+
+    def __init__(self, address: str, on_lost: Callable[[str], None], interval_s: float = WATCH_INTERVAL_S,
+                 lost_after_s: float = LOST_AFTER_S) -> None:
+        self.address, self.on_lost = address, on_lost
+        self.interval_s, self.lost_after_s = interval_s, lost_after_s
+        self.stopped = threading.Event()
+        self.thread = threading.Thread(target=self.watch, name="edgeprune-ray-watch", daemon=True)
+
+    def __enter__(self) -> "ClusterWatch":
+        self.thread.start()
+        return self
+
+    def __exit__(self, *exc_info: object) -> None:
+        self.stopped.set()
+        self.thread.join(timeout=self.interval_s + ANSWER_TIMEOUT_S)
+
+    def watch(self) -> None:
+        answered = time.monotonic()
+        while not self.stopped.wait(self.interval_s):
+            problem = grpc_problem(self.address, min(ANSWER_TIMEOUT_S, self.lost_after_s))
+            if problem is None:
+                answered = time.monotonic()
+            elif time.monotonic() - answered >= self.lost_after_s and not self.stopped.is_set():
+                self.on_lost(f"no answer for {self.lost_after_s:g} s: {problem}")
+                return
+
+
 @contextmanager
 def ray_output_hidden() -> Iterator[None]:
     """What Ray prints while it connects (its C++ log lines, its notices) kept out of the terminal unless
@@ -78,6 +162,7 @@ def connect_ray(address: str | None) -> bool:
             os.environ.setdefault(name, value)  # before ray is imported: it reads this once
     else:
         check_reachable(address)  # in seconds, before Ray's minutes of retries
+        check_speaks_grpc(address)  # and a port that accepts but is not Ray's, on which Ray would wait for ever
     import ray
 
     if ray.is_initialized():

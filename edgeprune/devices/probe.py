@@ -9,8 +9,10 @@ from typing import Any
 from edgeprune.devices.profile import DeviceProfile, Endpoint
 from edgeprune.devices.transports import Transport, open_transport
 from edgeprune.errors import EdgepruneError, UserInputError
+from edgeprune.runtimes import RUNTIMES
 
-# runs on the device with only its python: versions by distribution name, nothing imported
+# runs on the device with only its python: versions by distribution name (each runtime's, as its descriptor in
+# edgeprune/runtimes names them), nothing imported
 PROBE = """import json, sys
 from importlib import metadata
 def version(*names):
@@ -19,8 +21,9 @@ def version(*names):
             return metadata.version(name)
         except Exception:
             pass
-print(json.dumps({"python": sys.version.split()[0], "numpy": version("numpy"), "executorch": version("executorch"),
-                  "litert": version("ai-edge-litert", "tflite-runtime")}))
+versions = {"python": sys.version.split()[0], "numpy": version("numpy")}
+""" + "".join(f"versions[{name!r}] = version(*{RUNTIMES.get(name).probe_distributions!r})\n"
+              for name in RUNTIMES) + """print(json.dumps(versions))
 """
 
 
@@ -93,14 +96,14 @@ def probe_device(profile: DeviceProfile, endpoint: Endpoint | None = None) -> De
         reason = " | ".join(line.strip() for line in str(error).splitlines() if line.strip())
         raise EdgepruneError(f"{label} answered the probe with something else than cores, RAM and versions "
                              f"({reason})") from None
-    runtimes = {"executorch": versions.get("executorch"), "litert": versions.get("litert")}
+    runtimes = {name: versions.get(name) for name in RUNTIMES}
     problems = []
     if arch != profile.arch:
         problems.append(f"arch is {arch}, the profile says {profile.arch}")
     if cores != profile.cores:
         problems.append(f"{cores} cores online, the profile says {profile.cores}")
     problems += [f"the {runtime} benchmark tool {state.split(': ', 1)[1]} is missing or not executable"
-                 + (" (edgeprune devices setup builds it)" if runtime == "executorch" else "")
+                 + (" (edgeprune devices setup builds it)" if RUNTIMES.get(runtime).setup_builds_native_tool else "")
                  for runtime, state in tools.items() if state.startswith("missing")]
     python_runs = profile.runner_for(profile.runtime) == "python"  # else its native tool, checked above
     if not versions:

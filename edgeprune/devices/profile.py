@@ -11,14 +11,15 @@ from typing import Any
 
 from edgeprune.data.base import read_text
 from edgeprune.errors import UserInputError
+from edgeprune.runtimes import RUNTIMES
 
 NUMBER = (int, float)
 SUPPORTED_ARCHES = ("x86_64", "aarch64", "armv7l")
-SUPPORTED_RUNTIMES = ("executorch", "litert")
+SUPPORTED_RUNTIMES = tuple(RUNTIMES.names())  # each a descriptor in edgeprune/runtimes
 SUPPORTED_CONNECTIONS = ("local", "ssh", "adb")
 SUPPORTED_SENSORS = ("vcgencmd", "ina3221", "tegrastats", "battery", "rapl")  # edgeprune/bench/sensors
 SUPPORTED_RUNNERS = ("python", "native")
-NATIVE_KEYS = {"litert": "benchmark_model", "executorch": "executor_runner"}  # runtime -> its tool's profile key
+NATIVE_KEYS = {name: RUNTIMES.get(name).native_tool for name in RUNTIMES}  # runtime -> its tool's profile key
 EXECUTOR_RUNNER = "executor_runner"  # the file name of the ExecuTorch runner `devices setup` builds in bin/
 MAX_NUMBER = 1e12  # no count, size, rate or power of a device comes near it; beyond it a number is a typo
 MAX_PORT = 65535
@@ -49,7 +50,7 @@ SCHEMA: dict[str, dict[str, Key]] = {
     },
     "runtime": {"name": Key(str, choices=SUPPORTED_RUNTIMES), "threads": Key(int, positive=True),
                 "python": Key(str, False), "runner": Key(str, False, choices=SUPPORTED_RUNNERS),
-                "benchmark_model": Key(str, False), "executor_runner": Key(str, False),
+                **{tool: Key(str, False) for tool in NATIVE_KEYS.values()},  # each runtime's native tool path
                 "env": Key(str, False), "install": Key(list, False), "runtimes": Key(list, False),
                 "native": Key(list, False)},
     "budgets": {"max_mb": Key(NUMBER, False, positive=True), "max_memory_mb": Key(NUMBER, False, positive=True),
@@ -345,14 +346,16 @@ def _parse(path: Path) -> DeviceProfile:
     native = runtime.get("native", [])
     if any(name not in SUPPORTED_RUNTIMES for name in native):
         raise UserInputError(f"{path}: runtime.native = {native!r}; supported: {', '.join(SUPPORTED_RUNTIMES)}")
-    if "executorch" in native and "executorch" not in binaries and env:
-        binaries["executorch"] = f"{env}/bin/{EXECUTOR_RUNNER}"  # where `devices setup` builds it
+    for name in native:
+        if RUNTIMES.get(name).setup_builds_native_tool and name not in binaries and env:
+            binaries[name] = f"{env}/bin/{RUNTIMES.get(name).native_tool}"  # where `devices setup` builds it
     runner = runtime.get("runner", "python")
     if runner == "native" and not binaries:
         raise UserInputError(f"{path}: runtime.runner = 'native' needs runtime.benchmark_model (LiteRT) and/or "
                              "runtime.executor_runner (ExecuTorch): the device path of the benchmark binary")
     for name in (n for n in native if n not in binaries):
-        also = ", or runtime.env, where `devices setup` builds the ExecuTorch runner" if name == "executorch" else ""
+        also = (", or runtime.env, where `devices setup` builds the ExecuTorch runner"
+                if RUNTIMES.get(name).setup_builds_native_tool else "")
         raise UserInputError(f"{path}: runtime.native = {native!r} needs the device path of each tool: "
                              f"runtime.{NATIVE_KEYS[name]}{also}")
     install = runtime.get("install", [])

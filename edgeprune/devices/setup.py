@@ -25,33 +25,18 @@ from edgeprune.devices.native_tools import build_on_board
 from edgeprune.devices.profile import EXECUTOR_RUNNER, DeviceProfile, Endpoint
 from edgeprune.devices.transports import Transport, open_transport
 from edgeprune.errors import EdgepruneError, UserInputError
+from edgeprune.runtimes import RUNTIMES, BoardPackages
 
 SETUP_VERSION = 1
 DEFAULT_ENV = "$HOME/.edgeprune/env"  # on the board, when the profile names no runtime.env
 
 
-@dataclass(frozen=True)
-class RuntimePackages:
-    """What a runtime needs on a board. `with_deps` install with their dependencies; `without_deps` alone:
-    executorch's own requirements are its export tool chain (coremltools, pandas, scikit-learn...), not
-    what its runtime imports, and torch's aarch64 wheel on PyPI requires CUDA packages the CPU never loads."""
-
-    with_deps: tuple[str, ...]
-    without_deps: tuple[str, ...] = ()
-    imports: str = ""  # the statement that proves the runtime loads
-    disk_mb: int = 300  # free space the install needs on the board
-
-
-RUNTIME_PACKAGES = {
-    "litert": RuntimePackages(("ai-edge-litert", "numpy"), imports="import ai_edge_litert.interpreter",
-                              disk_mb=300),
-    "executorch": RuntimePackages(
-        ("numpy", "flatbuffers", "tabulate", "ruamel.yaml", "packaging", "typing-extensions", "sympy", "networkx",
-         "jinja2", "filelock", "fsspec"), ("torch", "executorch", "torchao"),
-        imports="import torch; from executorch.runtime import Runtime; Runtime.get()", disk_mb=2500),
-    # a board that times .pte files with the native runner needs only the wheel's libraries and headers, from
-    # which setup compiles the runner there (edgeprune/devices/native_tools.py): no torch
-    "executorch-native": RuntimePackages((), ("executorch",), disk_mb=200),
+# what a board installs, by package set: each runtime's own, and "<runtime>-native" where its native tool times it
+# and needs less (edgeprune/runtimes)
+RUNTIME_PACKAGES: dict[str, BoardPackages] = {
+    **{name: RUNTIMES.get(name).board_packages for name in RUNTIMES},
+    **{f"{name}-native": RUNTIMES.get(name).native_board_packages for name in RUNTIMES
+       if RUNTIMES.get(name).native_board_packages is not None},
 }
 MIN_FREE_RAM_MB = 256
 # PyPI's aarch64 torch wheel is a CUDA build: it does not import without NVIDIA's libraries (gigabytes, and
@@ -155,7 +140,8 @@ def install_runtimes(profile: DeviceProfile) -> list[str]:
 def package_sets(profile: DeviceProfile, runtimes: list[str]) -> list[str]:
     """The keys of RUNTIME_PACKAGES for `runtimes` on this board: ExecuTorch timed by the native runner needs
     no torch."""
-    return [f"{r}-native" if r == "executorch" and profile.runner_for(r) == "native" else r for r in runtimes]
+    return [f"{r}-native" if f"{r}-native" in RUNTIME_PACKAGES and profile.runner_for(r) == "native" else r
+            for r in runtimes]
 
 
 def built_runner_path(profile: DeviceProfile, env: str) -> str | None:

@@ -1,6 +1,7 @@
 """Export a module with a recipe to its runtime's artifact: written atomically, cached by content."""
 
 import hashlib
+import json
 import time
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -11,19 +12,12 @@ from torch import nn
 
 from edgeprune.cache import read_entry, write_entry
 from edgeprune.errors import UserInputError, VerificationError
-from edgeprune.export.base import HEAD_BYTES, DeviceRuntime, RunArtifact
-from edgeprune.export.executorch import ExecutorchRuntime
-from edgeprune.export.litert import LiteRTRuntime
+from edgeprune.export.base import HEAD_BYTES, RunArtifact
 from edgeprune.export.verify import Verification, compare_artifact, rejection
-from edgeprune.extras import EXTRAS
 from edgeprune.progress import library_output_hidden
-from edgeprune.quantize.recipes import RECIPES, Recipe
-from edgeprune.registry import Registry
-from edgeprune.serialization import write_bytes_atomic
-
-RUNTIMES: Registry[DeviceRuntime] = Registry("runtime")
-RUNTIMES.register("executorch")(ExecutorchRuntime())
-RUNTIMES.register("litert")(LiteRTRuntime())
+from edgeprune.quantize.recipes import RECIPES, Recipe, any_recipe
+from edgeprune.runtimes import RUNTIMES, runtime_for_suffix
+from edgeprune.serialization import to_jsonable, write_bytes_atomic
 
 
 @dataclass
@@ -60,10 +54,15 @@ class ExportJob:
     cache_file: Path
 
 
-def content_key(module: nn.Module, recipe: str, example_inputs: tuple[torch.Tensor, ...]) -> str:
-    """Hash of every weight (of the float module), the recipe and the input signature."""
+def content_key(module: nn.Module, recipe: str | Recipe, example_inputs: tuple[torch.Tensor, ...]) -> str:
+    """Hash of every weight (of the float module), the recipe's whole configuration and the input signature.
+
+    Every setting of the recipe is in the key (its group size, tolerance, formats...), not only its name, so a recipe
+    changed under the same name misses the cache; the exporters' versions are checked by the entry's cache record.
+    """
+    settings = recipe_settings(any_recipe(recipe) if isinstance(recipe, str) else recipe)
     # a generator's cache length shapes its program but is not a weight (its KV buffers are not in the state_dict)
-    digest = hashlib.sha256(f"v2|{recipe}|context={getattr(module, 'context', None)}".encode())
+    digest = hashlib.sha256(f"v3|{settings}|context={getattr(module, 'context', None)}".encode())
     for shape_dtype in ((tuple(t.shape), str(t.dtype)) for t in example_inputs):
         digest.update(repr(shape_dtype).encode())
     for name, tensor in module.state_dict().items():
@@ -71,6 +70,11 @@ def content_key(module: nn.Module, recipe: str, example_inputs: tuple[torch.Tens
         digest.update(repr((tuple(tensor.shape), str(tensor.dtype))).encode())
         digest.update(tensor.detach().contiguous().cpu().view(-1).view(torch.uint8).numpy().tobytes())
     return digest.hexdigest()[:32]
+
+
+def recipe_settings(recipe: Recipe) -> str:
+    """The recipe's configuration as canonical JSON, its prose description left out (it changes no byte)."""
+    return json.dumps({k: v for k, v in to_jsonable(recipe).items() if k != "description"}, sort_keys=True)
 
 
 def export(
@@ -137,7 +141,7 @@ def export_prepared(
     cached = data is not None
     if data is None:
         with library_output_hidden():  # the converters' own stage lines and C++ logs
-            data = runtime.lower(prepared, example_inputs, recipe)
+            data = runtime.program.lower(prepared, example_inputs, recipe)
         if cached_file is not None:
             write_entry(cached_file, data, export_producers(recipe.runtime))
     write_bytes_atomic(Path(path), data)
@@ -154,12 +158,12 @@ def cache_file(recipe: Recipe, cache_dir: Path | None, cache_key: str | None) ->
 def export_producers(runtime: str) -> tuple[str, ...]:
     """The packages whose versions an export's cache record names, and that must match for it to be reused: torch
     and the runtime's (an artifact lowered by another ExecuTorch may not load in this one)."""
-    return ("torch", *EXTRAS.get(RUNTIMES.get(runtime).extra, {}).values())
+    return ("torch", *RUNTIMES.get(runtime).packages.values())
 
 
 def runtime_of(path: Path) -> str | None:
     """The runtime whose artifacts end in `path`'s suffix, or None."""
-    return next((name for name in RUNTIMES if RUNTIMES.get(name).suffix == Path(path).suffix), None)
+    return runtime_for_suffix(Path(path).suffix)
 
 
 def check_artifact(path: Path, runtime: str | None = None) -> str:
@@ -192,7 +196,7 @@ def check_artifact(path: Path, runtime: str | None = None) -> str:
                 f"it starts with {head[:16]!r}")
         raise VerificationError(f"{path} is not {expected.title} ({hint})")
     expected.require()
-    expected.check_file(path, head, size)
+    expected.program.check_file(path, head, size)
     return name
 
 
@@ -207,7 +211,7 @@ def load_artifact(path: Path, threads: int | None = None) -> RunArtifact:
     runtime.require()
     try:
         with library_output_hidden():  # ExecuTorch's cpuinfo probes, LiteRT's delegate lines
-            return runtime.load(path, threads)
+            return runtime.program.load(path, threads)
     except (RuntimeError, ValueError) as error:
         message = " ".join(str(error).split())
         raise VerificationError(f"{runtime.name} cannot load {path} ({message}); export it again") from None

@@ -9,28 +9,30 @@ from torch import nn
 
 from edgeprune.errors import VerificationError
 from edgeprune.export.program_facts import ProgramFacts
-from edgeprune.extras import require_extra
 from edgeprune.quantize.recipes import Recipe
+from edgeprune.runtimes import RuntimeSpec
 
 RunArtifact = Callable[..., list[torch.Tensor]]
 HEAD_BYTES = 64  # enough of a file's start for every runtime's header
 
 
 class DeviceRuntime(ABC):
-    name: str = ""
-    suffix: str = ""  # artifact file extension
-    title: str = ""  # what one of its artifacts is called, with its article: "an ExecuTorch program"
-    identifier: bytes = b""  # the flatbuffer file identifier, bytes 4 to 8 of every artifact
-    extra: str = ""  # the pip extra that installs it (edgeprune.extras)
+    """The heavy half of a runtime: what its descriptor (`edgeprune.runtimes.RuntimeSpec`) names as its
+    implementation and imports on first use."""
+
+    spec: RuntimeSpec  # everything else about the runtime: file type, extra, recipes, tools, board packages
+
+    @property
+    def name(self) -> str:
+        return self.spec.name
+
+    @property
+    def title(self) -> str:
+        return self.spec.title
 
     def require(self) -> None:
         """Refuse, in one line naming the pip extra, when this runtime's packages are not installed here."""
-        if self.extra:
-            require_extra(self.extra, f"the {self.name} runtime")
-
-    def is_own(self, head: bytes) -> bool:
-        """Whether a file starting with `head` carries this runtime's file identifier."""
-        return len(head) >= 8 and head[4:8] == self.identifier
+        self.spec.require()
 
     def check_file(self, path: Path, head: bytes, size: int) -> None:
         """Refuse (VerificationError, exit 4) a file of this runtime that is cut off or malformed, without running

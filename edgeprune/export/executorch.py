@@ -12,6 +12,7 @@ from edgeprune.export.program_facts import ProgramFacts, RuntimeInfo, TensorSpec
 from edgeprune.generation.program import ProgramSpec
 from edgeprune.progress import library_output_hidden
 from edgeprune.quantize.recipes import Recipe
+from edgeprune.runtimes.executorch import EXECUTORCH
 
 EXTENDED_HEADER = b"eh00"  # after the identifier: program size, segment offset and segment size (little-endian)
 # ExecuTorch's ScalarType codes (executorch/exir/scalar_type.py) by numpy's names
@@ -57,11 +58,7 @@ class ExecutorchProgram:
 
 
 class ExecutorchRuntime(DeviceRuntime):
-    name = "executorch"
-    suffix = ".pte"
-    title = "an ExecuTorch program"
-    identifier = b"ET12"
-    extra = "executorch"
+    spec = EXECUTORCH
 
     def check_file(self, path: Path, head: bytes, size: int) -> None:
         """The sizes the extended header states against the file's: what the runtime checks first when it loads."""

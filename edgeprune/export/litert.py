@@ -18,6 +18,7 @@ from edgeprune.export.base import DeviceRuntime, RunArtifact
 from edgeprune.export.program_facts import ProgramFacts, RuntimeInfo, TensorSpec, package_version
 from edgeprune.progress import library_output_hidden
 from edgeprune.quantize.recipes import Recipe
+from edgeprune.runtimes.litert import LITERT
 
 # what the interpreter says of a valid model whose ops this machine's LiteRT lacks (the device's may have them)
 MISSING_OP = ("unresolved custom op", "Didn't find op for builtin opcode")
@@ -61,11 +62,7 @@ def signature_order(names: Iterable[str]) -> list[str]:
 
 
 class LiteRTRuntime(DeviceRuntime):
-    name = "litert"
-    suffix = ".tflite"
-    title = "a LiteRT model"
-    identifier = b"TFL3"
-    extra = "litert"
+    spec = LITERT
 
     def check_file(self, path: Path, head: bytes, size: int) -> None:
         """The interpreter's flatbuffer verifier: it bounds-checks every table and buffer, so a cut-off file fails."""

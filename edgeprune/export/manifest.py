@@ -89,11 +89,12 @@ def inspect_artifact(path: Path, runtime: str | None = None) -> ModelManifest:
     """The manifest of any `.pte` / `.tflite`, read from the file by its runtime (tensors keep the runtime's names).
 
     Refuses (exit 2 / 4, like `check_artifact`) a file of no known runtime or one its runtime cannot read."""
-    from edgeprune.export.artifacts import RUNTIMES, check_artifact
+    from edgeprune.export.artifacts import check_artifact
+    from edgeprune.runtimes import RUNTIMES
 
     path = Path(path)
     name = check_artifact(path, runtime)
-    facts = RUNTIMES.get(name).inspect(path)
+    facts = RUNTIMES.get(name).program.inspect(path)
     return ModelManifest(artifact=path.name, sha256=file_sha256(path), file_bytes=path.stat().st_size,
                          runtime=facts.runtime, method=facts.method, inputs=facts.inputs, outputs=facts.outputs,
                          operators=facts.operators, delegates=facts.delegates, notes=facts.notes)

@@ -3,8 +3,8 @@ artifact's model.json (the tests run it as written)."""
 
 import json
 
-from edgeprune.export.artifacts import RUNTIMES
 from edgeprune.export.manifest import ModelManifest
+from edgeprune.runtimes import RUNTIMES
 
 USAGE_NAME = "USAGE.md"
 EXAMPLE_TEXT = "The match ended in a draw after extra time."
@@ -33,12 +33,8 @@ def usage_markdown(manifest: ModelManifest, labels_file: str | None = None) -> s
 def python_program(manifest: ModelManifest, labels_file: str | None = None) -> list[str]:
     """The snippet's lines: build the inputs, run the artifact, print the first output as JSON."""
     text = manifest.tokenizer is not None and manifest.tokenizer.gives_artifact_ids
-    runtime = manifest.runtime.name
-    lines = ["import json", "", "import numpy as np"]
-    if runtime == "executorch":
-        lines += ["import torch", "from executorch.runtime import Runtime"]
-    else:
-        lines += ["from ai_edge_litert.interpreter import Interpreter"]
+    runtime = RUNTIMES.get(manifest.runtime.name)
+    lines = ["import json", "", "import numpy as np", *runtime.usage_imports]
     if text:
         lines += ["from transformers import AutoTokenizer"]
     lines += ["", 'spec = json.load(open("model.json"))']
@@ -54,18 +50,7 @@ def python_program(manifest: ModelManifest, labels_file: str | None = None) -> l
     else:
         lines += ['# replace with your preprocessed inputs: one array per entry of spec["inputs"]',
                   'arrays = {i["name"]: np.zeros(i["shape"], dtype=i["dtype"]) for i in spec["inputs"]}']
-    if runtime == "executorch":
-        lines += [
-            'method = Runtime.get().load_program(spec["artifact"]).load_method(spec["method"])',
-            'outputs = method.execute([torch.from_numpy(arrays[i["name"]]) for i in spec["inputs"]])',
-            "first = outputs[0].numpy()",
-        ]
-    else:
-        lines += [
-            'runner = Interpreter(spec["artifact"]).get_signature_runner(spec["method"])',
-            'outputs = runner(**{i["runtime_name"]: arrays[i["name"]] for i in spec["inputs"]})',
-            'first = outputs[spec["outputs"][0]["runtime_name"]]',
-        ]
+    lines += runtime.usage_run
     if manifest.outputs and manifest.outputs[0].quantization is not None:
         lines += ['scale, zero_point = spec["outputs"][0]["quantization"]  # an integer output of real values',
                   "first = (first.astype(np.float32) - zero_point) * scale"]

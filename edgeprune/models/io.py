@@ -44,6 +44,7 @@ from edgeprune.models.interop import (
     strip_remote_code,
 )
 from edgeprune.models.structure import Structure, apply_structure, structure_of
+from edgeprune.serialization import write_text_atomic
 
 MANIFEST_NAME = "edgeprune.json"
 WEIGHTS_NAME = "model.safetensors"
@@ -104,7 +105,7 @@ def save(model: nn.Module, directory: str | Path, *, source: str | Path | None =
         origin = source_folder(inner) if source is None else Path(source)
         if origin is not None and origin.is_dir():
             copy_companion_files(origin, directory)
-    (directory / MANIFEST_NAME).write_text(json.dumps(manifest, indent=2) + "\n", encoding="utf-8")
+    write_text_atomic(directory / MANIFEST_NAME, json.dumps(manifest, indent=2) + "\n")  # never half a manifest
     return directory
 
 

@@ -145,3 +145,13 @@ def prune_jointly(model: nn.Module, batches: list[dict], parameters: int, min_he
     means = measure_head_means(model, iter(batches))
     apply_structure(model, plan.structure, StructureCompensation(means, neurons.means))
     return plan
+
+
+def prunable_parameters(model: nn.Module) -> int:
+    """The parameters a joint plan ranks: those every head and every FFN neuron of the dense `model` owns (what
+    `prune --ratio` takes a fraction of)."""
+    adapter = adapter_for(model)
+    heads = sum(block.num_heads * adapter.removed_parameter_count(model, block.layer, [0])
+                for block in adapter.attention_blocks(model))
+    return heads + sum(ffn.width * neuron_parameter_count(model, layer) for layer, ffn in enumerate(ffn_layers(model)))
+

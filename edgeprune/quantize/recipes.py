@@ -14,6 +14,7 @@ from edgeprune.quantize.int4_embedding import Int4Embedding
 from edgeprune.quantize.int8_embedding import Int8Embedding
 from edgeprune.quantize.static_int8 import Inputs, check_calibration, quantize_static
 from edgeprune.registry import Registry
+from edgeprune.runtimes import RUNTIMES
 
 WeightFormat = Literal["fp32", "fp16", "int8", "int4"]
 Runtime = Literal["executorch", "litert"]
@@ -29,12 +30,13 @@ class Recipe:
     embedding: WeightFormat  # how embedding tables are stored in the artifact
     min_cosine: float  # worst cosine of runtime outputs vs. the PyTorch source over real inputs
     description: str
-    # LiteRT's fp16 and dynamic-range int8 quantize the converted flatbuffer (ai-edge-quantizer), so their
-    # PyTorch source stays fp32 (ai-edge-quantizer's calibrated static_wi8_ai8 was rejected on MiniLM: it left
-    # most weights in float and missed the tolerance; docs/FINDINGS.md)
+    # how LiteRT's ai-edge-quantizer quantizes the converted flatbuffer (its PyTorch source stays fp32)
     litert_quantization: Literal["fp16", "dynamic-int8", "dynamic-int4"] | None = None
     # activation ranges fixed from real calibration inputs (PT2E static int8 linears): `apply` needs them
     calibrated: bool = False
+    # 4-bit linear weights share one scale per `group_size` input columns; a linear whose width it does not divide
+    # stays at 8 bits (ExecuTorch's int4 recipes; LiteRT's int4 scheme fixes its own blocks of 32)
+    group_size: int = INT4_GROUP
 
     def apply(self, model: nn.Module, calibration: Sequence[Inputs] | None = None) -> nn.Module:
         """The PyTorch module this recipe exports (a quantized copy; the original is left untouched).
@@ -44,7 +46,7 @@ class Recipe:
         """
         batches = check_calibration(self.name, calibration) if self.calibrated else []
         quantized = copy.deepcopy(model).eval()
-        if self.runtime == "litert" and not self.calibrated:
+        if not self.quantized_in_pytorch:
             return quantized
         if self.embedding in ("int8", "int4"):
             _replace_embeddings(quantized, Int8Embedding if self.embedding == "int8" else Int4Embedding)
@@ -57,22 +59,28 @@ class Recipe:
             int8 = Int8DynamicActivationIntxWeightConfig(weight_dtype=torch.int8, weight_granularity=PerAxis(0))
             if self.linear == "int4":
                 int4 = Int8DynamicActivationIntxWeightConfig(weight_dtype=torch.int4,
-                                                             weight_granularity=PerGroup(INT4_GROUP))
-                quantize_(quantized, int4, filter_fn=lambda m, _: _int4_fits(m))
-                # widths that groups of INT4_GROUP do not divide (tiny heads) stay at 8 bits
-                quantize_(quantized, int8, filter_fn=lambda m, _: isinstance(m, nn.Linear) and not _int4_fits(m))
+                                                             weight_granularity=PerGroup(self.group_size))
+                quantize_(quantized, int4, filter_fn=lambda m, _: self.int4_fits(m))
+                # widths that groups of group_size do not divide (tiny heads) stay at 8 bits
+                quantize_(quantized, int8, filter_fn=lambda m, _: isinstance(m, nn.Linear) and not self.int4_fits(m))
             else:
                 quantize_(quantized, int8)
         return quantized
 
+    def int4_fits(self, module: nn.Module) -> bool:
+        """True when `module` is a linear whose input width this recipe's 4-bit groups divide."""
+        return isinstance(module, nn.Linear) and module.in_features % self.group_size == 0
+
+    @property
+    def quantized_in_pytorch(self) -> bool:
+        """True when `apply` quantizes the PyTorch module; False for a runtime whose recipes quantize the
+        converted file (LiteRT's), unless the recipe is calibrated."""
+        return RUNTIMES.get(self.runtime).quantizes_in_pytorch or self.calibrated
+
     @property
     def embeddings_quantized_in_pytorch(self) -> bool:
         """True when edgeprune's own int8/int4 table modules (one fp32 scale per row) reach the artifact."""
-        return self.embedding in ("int8", "int4") and (self.runtime == "executorch" or self.calibrated)
-
-
-def _int4_fits(module: nn.Module) -> bool:
-    return isinstance(module, nn.Linear) and module.in_features % INT4_GROUP == 0
+        return self.embedding in ("int8", "int4") and self.quantized_in_pytorch
 
 
 def _replace_embeddings(model: nn.Module, kind: type[Int8Embedding] | type[Int4Embedding]) -> None:
@@ -127,12 +135,10 @@ for _recipe in STATIC_RECIPES:
     RECIPES.register(_recipe.name)(_recipe)
 UNVERIFIED_RECIPES: dict[str, Recipe] = {}  # recipes measured by benchmarks but not offered (none at present)
 
-FP32_RECIPE = {"executorch": "fp32", "litert": "litert-fp32"}
-# the fit loop tries recipes in this order: highest fidelity first, smallest last
-FIT_LADDERS: dict[str, tuple[str, ...]] = {
-    "executorch": ("int8-linear", "int8", "int8-emb4", "int4-linear", "int4"),
-    "litert": ("litert-fp16", "litert-int8"),
-}
+# each runtime's dense baseline, and the recipes the fit loop tries (highest fidelity first, smallest last): what
+# its descriptor says (edgeprune/runtimes)
+FP32_RECIPE = {name: RUNTIMES.get(name).fp32_recipe for name in RUNTIMES}
+FIT_LADDERS: dict[str, tuple[str, ...]] = {name: RUNTIMES.get(name).fit_ladder for name in RUNTIMES}
 
 
 BITS_RANK = {"fp32": 0, "fp16": 1, "int8": 2, "int4": 3}  # higher: fewer bits, less faithful

@@ -14,13 +14,10 @@ from dataclasses import dataclass
 from torch import nn
 
 from edgeprune.quantize.int4_embedding import scale_bytes_per_row
-from edgeprune.quantize.recipes import INT4_GROUP, Recipe
+from edgeprune.quantize.recipes import Recipe
+from edgeprune.runtimes import RUNTIMES
 
 BYTES = {"fp32": 4.0, "fp16": 2.0, "int8": 1.0, "int4": 0.5}
-ROW_PARAMETER_BYTES = {"executorch": 4, "litert": 12}
-# XNNPACK packs the per-group scales of 4-bit weights as 16-bit floats (measured on MiniLM: 12.30 MB dense,
-# 11.29 MB with half the heads; fp32 scales would predict 0.1 MB more difference)
-GROUP_SCALE_BYTES = {"executorch": 2, "litert": 4}
 
 
 @dataclass(frozen=True)
@@ -55,19 +52,20 @@ def payload_bytes(model: "nn.Module | ParameterLayout", recipe: Recipe) -> int:
         row_bytes = None
         if kind == "embedding" and recipe.embeddings_quantized_in_pytorch:
             row_bytes = scale_bytes_per_row(cols) if recipe.embedding == "int4" else 4  # fp32 scale of Int8Embedding
-        total += _matrix_bytes(rows, cols, getattr(recipe, kind), kind, recipe.runtime, row_bytes)
+        total += _matrix_bytes(rows, cols, getattr(recipe, kind), kind, recipe.runtime, row_bytes, recipe.group_size)
     total += layout.other_parameters * (BYTES["fp16"] if recipe.linear == "fp16" else BYTES["fp32"])
     return int(total)
 
 
-def _matrix_bytes(rows: int, cols: int, fmt: str, kind: str, runtime: str, row_bytes: int | None) -> float:
-    if fmt == "int4" and kind == "linear" and cols % INT4_GROUP:
+def _matrix_bytes(rows: int, cols: int, fmt: str, kind: str, runtime: str, row_bytes: int | None,
+                  group: int) -> float:
+    if fmt == "int4" and kind == "linear" and cols % group:
         fmt = "int8"  # the recipe keeps widths that groups do not divide at 8 bits
     data = rows * cols * BYTES[fmt]
     if fmt == "int4" and kind == "linear":
-        return data + rows * -(-cols // INT4_GROUP) * GROUP_SCALE_BYTES[runtime]
+        return data + rows * -(-cols // group) * RUNTIMES.get(runtime).group_scale_bytes
     if fmt in ("int8", "int4"):
-        return data + rows * (ROW_PARAMETER_BYTES[runtime] if row_bytes is None else row_bytes)
+        return data + rows * (RUNTIMES.get(runtime).row_parameter_bytes if row_bytes is None else row_bytes)
     return data
 
 

@@ -14,6 +14,7 @@ import torch
 from torch import nn
 
 from edgeprune.errors import UserInputError
+from edgeprune.runtimes import RUNTIMES, load_named
 
 Inputs = tuple[torch.Tensor, ...]
 
@@ -66,14 +67,13 @@ def quantize_static(model: nn.Module, calibration: list[Inputs], runtime: str) -
     from torchao.quantization.pt2e import allow_exported_model_train_eval
     from torchao.quantization.pt2e.quantize_pt2e import convert_pt2e, prepare_pt2e
 
-    quantizer = xnnpack_quantizer() if runtime == "executorch" else litert_quantizer()
+    spec = RUNTIMES.get(runtime)
+    quantizer = load_named(spec.pt2e_quantizer)()
     graph = torch.export.export(model.eval(), calibration[0], strict=False).module()
     observed = prepare_pt2e(graph, quantizer)
     with torch.no_grad():
         for batch in calibration:
             observed(*batch)
-    # litert-torch's converter needs each weight's quantize op on the float weight; folded to an int8 constant
-    # it fails with "'stablehlo.uniform_dequantize' op operand #0 must be ... quantized values" (MiniLM)
-    converted = convert_pt2e(observed, fold_quantize=runtime == "executorch")
+    converted = convert_pt2e(observed, fold_quantize=spec.folds_quantized_weights)
     allow_exported_model_train_eval(converted)  # lowering calls .eval(); exported modules refuse it otherwise
     return converted

@@ -352,7 +352,7 @@ class CandidateBuilder:
                                       exports / f"recovered{suffix}"),  # named after recovery, by its weights
                             verify_on, vocabulary, name, RecoverySpec(self.options, parent, torch.get_num_threads()))
         model = self.candidate_model(shape)
-        target = exports / f"{content_key(model, recipe.name, example)}{suffix}"
+        target = exports / f"{content_key(model, recipe, example)}{suffix}"
         if target.exists():
             return None
         return BuildJob(ExportJob(model, example, recipe, self.calibration(recipe, trimmed), target), verify_on,
@@ -378,7 +378,7 @@ class CandidateBuilder:
         predicted = self.size_model.predict(model, recipe)
         trimmed = shape.trim_vocabulary and not baseline
         example = self.remap(self.example, trimmed)
-        key = content_key(model, recipe.name, example)
+        key = content_key(model, recipe, example)
         self.progress.note(f"{label}: {recipe.name}, {shape.describe()}: quantize, export, verify "
                            f"({elapsed_text(self.started)} into the search)")
         exported = export(model, example, self.work / file_name, recipe, self.task.cache_dir / "exports", key,

@@ -26,7 +26,6 @@ from edgeprune.devices import DeviceProfile, load_profile
 from edgeprune.devices.setup import device_python
 from edgeprune.devices.transports import open_transport
 from edgeprune.errors import DeviceUnreachableError, Interrupted, UserInputError
-from edgeprune.export import RUNTIMES
 from edgeprune.progress import Progress
 from edgeprune.quantize import (
     FP32_RECIPE,
@@ -35,13 +34,14 @@ from edgeprune.quantize import (
 )
 from edgeprune.quantize.vocabulary import VocabularyMap
 from edgeprune.report import render_html, render_markdown
+from edgeprune.runtimes import RUNTIMES
 from edgeprune.search.budget import Budget
 from edgeprune.search.builder import CandidateBuilder, journaled_artifact
 from edgeprune.search.choice import ACCURACY_METRICS, choose, pareto_front, quality_tolerance
 from edgeprune.search.estimate import HostEstimator
 from edgeprune.search.journal import JOURNAL_NAME, Journal, prepare_out_dir
 from edgeprune.search.options import FitOptions
-from edgeprune.search.recovering import recovery_cost
+from edgeprune.search.recovering import RECOVERED_FOLDER, recovery_cost
 from edgeprune.search.result import BuiltArtifact, FitResult, fit_status
 from edgeprune.search.scoring import journaled_head_scores, normalization
 from edgeprune.search.searcher import best_first_search
@@ -219,6 +219,7 @@ def fit_task(
         result.save(work / "result.json")
         write_text_atomic(work / "report.md", render_markdown(result))
         write_text_atomic(work / "report.html", render_html(result))
+        shutil.rmtree(work / RECOVERED_FOLDER, ignore_errors=True)  # kept for a resume only
         (work / JOURNAL_NAME).unlink()
         if out.exists():
             out.rmdir()  # empty: prepare_out_dir refused anything else

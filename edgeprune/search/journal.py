@@ -15,7 +15,7 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
-from edgeprune.errors import UserInputError
+from edgeprune.errors import DiskFullError, UserInputError
 from edgeprune.serialization import write_text_atomic
 
 JOURNAL_NAME = "journal.jsonl"
@@ -186,10 +186,21 @@ class Journal:
         """One record, on its own line, flushed to disk before returning."""
         record.update(session=self.session, elapsed_s=round(time.perf_counter() - self.started, 3))
         line = (json.dumps(record) + "\n").encode()
-        with self.path.open("ab") as handle:
-            handle.write(line)
-            handle.flush()
-            os.fsync(handle.fileno())
+        # unbuffered, so that a write the disk has no room for fails here and not again when the file closes
+        fd = os.open(self.path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o666)
+        whole = os.lseek(fd, 0, os.SEEK_END)
+        try:
+            rest = memoryview(line)
+            while rest:
+                rest = rest[os.write(fd, rest):]
+            os.fsync(fd)
+        except OSError as error:  # a full disk: no half record may stay for the next one to follow
+            os.ftruncate(fd, whole)
+            if DiskFullError.is_disk_full(error):
+                raise DiskFullError(self.path, len(line)) from error
+            raise
+        finally:
+            os.close(fd)
 
     def record_scores(self, scores: dict[str, Any]) -> None:
         self.scores = scores
@@ -204,8 +215,12 @@ class Journal:
         self.append(proxy=key, quality=quality)
 
     def record_stop(self, reason: str) -> None:
-        """The moment a session stopped (Ctrl-C or an error), so its time counts when the fit resumes."""
-        self.append(stopped=reason)
+        """The moment a session stopped (Ctrl-C or an error), so its time counts when the fit resumes. Best effort:
+        on a full disk this record is what is lost (the finished work before it is whole)."""
+        try:
+            self.append(stopped=reason)
+        except OSError:
+            pass
 
 
 def describe_differences(before: dict[str, Any], now: dict[str, Any], prefix: str = "") -> list[str]:

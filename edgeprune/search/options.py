@@ -4,11 +4,11 @@ import math
 from dataclasses import dataclass
 
 from edgeprune.errors import UserInputError
-from edgeprune.export import RUNTIMES
 from edgeprune.importance import CRITERIA
 from edgeprune.importance.defaults import default_scoring
 from edgeprune.quantize import RECIPES
 from edgeprune.recovery.precision import PRECISIONS
+from edgeprune.runtimes import RUNTIMES
 from edgeprune.search.space import parse_fractions, parse_layer_counts
 
 AUTO = "auto"

@@ -11,6 +11,10 @@ the recovered weights of the nearest one before it on its line, with the extra h
 instead of from the teacher. A trimmed vocabulary is recovered at the full vocabulary and trimmed afterwards
 (trimming keeps every token of the task's data, so distillation sees the same inputs either way).
 
+Recovered weights are kept in the fit's work folder (`recovered/KEY.pt`, written whole before the recovery is
+journaled), so a resumed fit takes them back instead of distilling again, and a structure recovered later on the
+line starts from the same weights as in an uninterrupted fit. The folder is removed when the fit ships.
+
 The PyTorch estimate of a structure is a bound on its artifacts only when it is measured on the model that is
 exported: after recovery. The unrecovered estimate is not one (recovery lifts quality, most where most was
 removed). So the searcher orders candidates by the estimate but closes lines on `bound`: after recovery, the
@@ -20,8 +24,11 @@ as, plus the most that rule was seen to fail by.
 
 import copy
 import dataclasses
+import io
+from pathlib import Path
 from typing import TYPE_CHECKING, Protocol
 
+import torch
 from torch import nn
 
 from edgeprune.models import adapter_for
@@ -33,7 +40,7 @@ from edgeprune.search.options import FitOptions
 from edgeprune.search.result import RecoveryCost
 from edgeprune.search.shared import RecoveredModel, SharedWork, calibration_inputs
 from edgeprune.search.space import Shape
-from edgeprune.serialization import from_jsonable, to_jsonable
+from edgeprune.serialization import from_jsonable, to_jsonable, write_bytes_atomic
 from edgeprune.tasks.base import Quality, Task
 
 if TYPE_CHECKING:
@@ -167,6 +174,9 @@ def recover(builder: RecoveringBuilder, shape: Shape) -> nn.Module:
     structure = shape.structure
     if structure in builder.shared.recovered:
         return builder.shared.recovered[structure].model
+    resumed = recovered_before(builder, structure)
+    if resumed is not None:
+        return resumed
     student, parent = recovery_start(builder, structure)
     if parent is not None:
         builder.progress.note(f"  recovering from the recovered candidate with {parent.describe()}")
@@ -230,19 +240,55 @@ def record_recovery(builder: RecoveringBuilder, structure: Shape, student: nn.Mo
     """Keep a recovered structure (recovered here or on a worker) for later candidates and the fleet, and
     journal its validation quality as the structure's bound."""
     before = builder.unrecovered_proxy(structure)
-    builder.progress.note(f"  recovered {structure.describe()} in {result.seconds:.0f} s: distillation "
-                          f"{result.metric} {result.initial_metric:.4f} → {result.best_metric:.4f}; validation "
-                          f"{quality.metric} {before.value:.4f} → {quality.value:.4f} in PyTorch (the structure's "
-                          "bound from now on)")
-    builder.journal.record_proxy(recovered_key(structure), to_jsonable(quality))
-    builder.shared.proxies[recovered_key(structure)] = builder.journal.proxies[recovered_key(structure)]
     start = f"the recovered weights of {parent.describe()}" if parent is not None else "the pruned teacher"
-    builder.shared.recovered[structure] = RecoveredModel(student, (
+    kept = RecoveredModel(student, (
         f"distilled from the dense teacher for {builder.options.recovery_steps} steps in {result.precision} "
         f"({result.seconds:.0f} s), "
         f"starting from {start}; validation {quality.metric} in PyTorch {before.value:.4f} before, "
         f"{quality.value:.4f} after"), result.seconds)
+    # the weights first, whole, then the journal record that says they are there: a fit stopped in between
+    # recovers the structure again, one stopped after takes them back (`recovered_before`)
+    buffer = io.BytesIO()
+    torch.save({"state": student.state_dict(), "description": kept.description, "seconds": kept.seconds}, buffer)
+    write_bytes_atomic(recovered_weights_file(builder, structure), buffer.getvalue())
+    builder.journal.record_proxy(recovered_key(structure), to_jsonable(quality))
+    builder.shared.proxies[recovered_key(structure)] = builder.journal.proxies[recovered_key(structure)]
+    builder.shared.recovered[structure] = kept
+    builder.progress.note(f"  recovered {structure.describe()} in {result.seconds:.0f} s: distillation "
+                          f"{result.metric} {result.initial_metric:.4f} → {result.best_metric:.4f}; validation "
+                          f"{quality.metric} {before.value:.4f} → {quality.value:.4f} in PyTorch (the structure's "
+                          "bound from now on)")
     return student
+
+
+RECOVERED_FOLDER = "recovered"  # in the fit's work folder
+
+
+def recovered_weights_file(builder: RecoveringBuilder, structure: Shape) -> Path:
+    """Where a fit keeps the recovered weights of `structure` until it ships."""
+    return builder.journal.path.parent / RECOVERED_FOLDER / f"{structure.key}.pt"
+
+
+def recovered_before(builder: RecoveringBuilder, structure: Shape) -> nn.Module | None:
+    """The weights an earlier session of this fit recovered for `structure` (journaled, kept in the work folder),
+    loaded into the structure's architecture and kept as if recovered now; None when there are none (or they do
+    not load: one warning, and the structure is recovered again)."""
+    path = recovered_weights_file(builder, structure)
+    if recovered_key(structure) not in builder.journal.proxies or not path.is_file():
+        return None
+    model = builder.pruned(structure)
+    try:
+        saved = torch.load(io.BytesIO(path.read_bytes()), weights_only=True)
+        model.load_state_dict(saved["state"])
+    except Exception as error:  # noqa: BLE001 - a damaged or foreign file: recovering again loses only time
+        builder.progress.warn(f"the recovered weights {path} do not load ({type(error).__name__}); recovering "
+                              f"{structure.describe()} again")
+        return None
+    model.eval()
+    builder.shared.recovered[structure] = RecoveredModel(model, saved["description"], float(saved["seconds"]))
+    builder.shared.proxies[recovered_key(structure)] = builder.journal.proxies[recovered_key(structure)]
+    builder.progress.note(f"  {structure.describe()}: recovered before (resumed)")
+    return model
 
 
 def recovery_cost(builder: RecoveringBuilder, fitted: Shape) -> RecoveryCost:

@@ -1,0 +1,37 @@
+"""LiteRT (formerly TensorFlow Lite): `.tflite` flatbuffers converted by litert-torch and run by ai-edge-litert's
+interpreter (edgeprune/export/litert.py)."""
+
+from edgeprune.runtimes.base import RUNTIMES, BoardPackages, RuntimeSpec
+
+LITERT = RuntimeSpec(
+    name="litert",
+    suffix=".tflite",
+    title="a LiteRT model",
+    identifier=b"TFL3",
+    extra="litert",
+    implementation="edgeprune.export.litert:LiteRTRuntime",
+    fp32_recipe="litert-fp32",
+    fit_ladder=("litert-fp16", "litert-int8"),
+    # fp16 and dynamic-range int8 quantize the converted flatbuffer (ai-edge-quantizer), so their PyTorch source
+    # stays fp32 (ai-edge-quantizer's calibrated static_wi8_ai8 was rejected on MiniLM: docs/FINDINGS.md)
+    quantizes_in_pytorch=False,
+    pt2e_quantizer="edgeprune.quantize.static_int8:litert_quantizer",
+    # litert-torch's converter needs each weight's quantize op on the float weight; folded to an int8 constant
+    # it fails with "'stablehlo.uniform_dequantize' op operand #0 must be ... quantized values" (MiniLM)
+    folds_quantized_weights=False,
+    row_parameter_bytes=12,  # a per-channel scale plus an int64 zero point per row
+    group_scale_bytes=4,
+    native_tool="benchmark_model",
+    setup_builds_native_tool=False,  # TensorFlow's prebuilt benchmark_model, downloaded by the user
+    board_packages=BoardPackages(("ai-edge-litert", "numpy"), imports="import ai_edge_litert.interpreter",
+                                 disk_mb=300),
+    native_board_packages=None,
+    probe_distributions=("ai-edge-litert", "tflite-runtime"),
+    usage_imports=("from ai_edge_litert.interpreter import Interpreter",),
+    usage_run=(
+        'runner = Interpreter(spec["artifact"]).get_signature_runner(spec["method"])',
+        'outputs = runner(**{i["runtime_name"]: arrays[i["name"]] for i in spec["inputs"]})',
+        'first = outputs[spec["outputs"][0]["runtime_name"]]',
+    ),
+)
+RUNTIMES.register(LITERT.name)(LITERT)
