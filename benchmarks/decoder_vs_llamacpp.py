@@ -178,7 +178,9 @@ def llama_perplexity(bin_dir: Path, model: Path, text_file: Path, threads: int) 
 
 def held_out_text(task, path: Path) -> int:  # noqa: ANN001 - a CausalLMTask
     """The test split's documents as text, cut to about the tokens edgeprune evaluates; the tokens kept."""
-    text = "\n\n".join(item.text for item in task.split_items("test"))
+    from edgeprune.tasks.base import split_items
+
+    text = "\n\n".join(item.text for item in split_items(task, "test"))
     wanted = int(task.encode("test")["input_ids"].numel())
     offsets = task.tokenizer(text, add_special_tokens=False, return_offsets_mapping=True)["offset_mapping"]
     if len(offsets) > wanted:

@@ -13,6 +13,7 @@ the same benchmark settings; the machine's thread count is printed. Run nothing 
 """
 
 import argparse
+import functools
 import json
 import os
 import platform
@@ -69,6 +70,7 @@ def run_grid(options: FitOptions, budgets: list[tuple[str, Budget]]) -> tuple[fl
     from edgeprune.devices.transports.base import open_transport
     from edgeprune.export import load_artifact
     from edgeprune.quantize import RECIPES
+    from edgeprune.search.benchmarkers import DeviceBenchmarker
     from edgeprune.search.builder import CandidateBuilder
     from edgeprune.search.choice import choose, quality_tolerance
     from edgeprune.search.fit import journaled_head_scores, vocabulary_for
@@ -90,7 +92,7 @@ def run_grid(options: FitOptions, budgets: list[tuple[str, Budget]]) -> tuple[fl
         reference: Quality = teacher.validation
         with open_transport(profile.endpoint, profile.python) as link:
             builder = CandidateBuilder(teacher.model, scores, task, options, work, Progress(), "executorch", profile,
-                                       link, journal, vocabulary)
+                                       DeviceBenchmarker(link, profile, options), journal, vocabulary)
             space = lines(options.recipes, options.ffn_fractions, builder.layer_counts, (False, True))
             built = [builder.candidate(RECIPES.get(line.recipe), line.shape(count), Budget(), reference)
                      for line in space for count in builder.head_counts(line.layers_removed)]
@@ -108,7 +110,8 @@ def run_grid(options: FitOptions, budgets: list[tuple[str, Budget]]) -> tuple[fl
                 continue
             trimmed = best.vocabulary_size is not None
             test = task.runtime_quality(load_artifact(work / best.path), "test",
-                                        (lambda inputs: builder.remap(inputs, True)) if trimmed else None).value
+                                        functools.partial(builder.artifacts.remap, trimmed=True) if trimmed
+                                        else None).value
             winners[name] = {"candidate": describe(best), "file_mb": best.file_bytes / 1e6,
                              "p50_ms": best.benchmark.p50_ms, "validation": best.validation_quality.value,
                              "test": test}

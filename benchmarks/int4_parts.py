@@ -31,6 +31,7 @@ from edgeprune.progress import Progress
 from edgeprune.quantize import quantize
 from edgeprune.recovery import DistillData, distill
 from edgeprune.search.space import Shape
+from edgeprune.tasks.base import batched_quality
 
 
 def rounded(weight: torch.Tensor, group: int, bits: int) -> torch.Tensor:
@@ -83,8 +84,8 @@ def main() -> int:
     for name, make in variants.items():
         started = time.perf_counter()
         model = make()
-        row = {"variant": name, "validation": task.batched_quality(model, "validation").value,
-               "test": task.batched_quality(model, "test").value, "seconds": round(time.perf_counter() - started, 1)}
+        row = {"variant": name, "validation": batched_quality(task, model, "validation").value,
+               "test": batched_quality(task, model, "test").value, "seconds": round(time.perf_counter() - started, 1)}
         rows.append(row)
         print(row, file=sys.stderr)
     print(f"{shape.describe()}, recovered {args.steps} steps; dense test {teacher.test.value:.2%}; PyTorch, torch "

@@ -31,6 +31,7 @@ from edgeprune.progress import Progress
 from edgeprune.recovery import DistillConfig, DistillData, distill
 from edgeprune.recovery.schedules import prune_and_recover
 from edgeprune.search.scoring import measured_head_scores, scoring_decision
+from edgeprune.tasks.base import input_batches
 
 TOTAL_HEADS = 72
 
@@ -89,7 +90,7 @@ def main() -> int:
         print(f"scoring: {decision.describe()}", file=sys.stderr)
     else:
         scores = score_heads(teacher, scoring(), args.criterion).normalize_per_layer()
-    inputs = task.input_batches("calibration", 16, limit=args.examples)
+    inputs = input_batches(task, "calibration", 16, limit=args.examples)
     for ratio in ratios:
         remove = round(ratio * TOTAL_HEADS)
         model = prune(copy.deepcopy(teacher), plan_global_topk(scores, remove), inputs,

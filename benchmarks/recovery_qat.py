@@ -40,6 +40,7 @@ from edgeprune.recovery import DistillConfig, DistillData, distill
 from edgeprune.search.options import FitOptions
 from edgeprune.search.recovering import recovery_config
 from edgeprune.search.scoring import measured_head_scores, scoring_decision
+from edgeprune.tasks.base import batched_quality, input_batches
 
 
 def fake_quantized(model: nn.Module) -> nn.Module:
@@ -68,7 +69,7 @@ def plain_linears(model: nn.Module) -> nn.Module:
 def pruned_structure(task, teacher, heads: int, ffn: float, examples: int) -> nn.Module:  # noqa: ANN001
     """MiniLM with `heads` of 72 heads removed by fit's scores and `ffn` of its FFN neurons by fluctuation, their
     mean outputs folded into the biases (fit's compensation)."""
-    inputs = task.input_batches("calibration", 16, limit=examples)
+    inputs = input_batches(task, "calibration", 16, limit=examples)
     scores = measured_head_scores(task, teacher.model, teacher.validation, examples, compensate=True)
     scores = scores.normalize_per_layer(scoring_decision(scores).choice.normalize)
     statistics = neuron_statistics(teacher.model, inputs)
@@ -126,8 +127,8 @@ def main() -> int:
             student = plain_linears(student).eval()
             row = {"method": method, "recovery_s": round(seconds, 1), "steps": result.steps,
                    "best_step": result.best_step,
-                   "pytorch_validation": task.batched_quality(student, "validation").value,
-                   "pytorch_test": task.batched_quality(student, "test").value,
+                   "pytorch_validation": batched_quality(task, student, "validation").value,
+                   "pytorch_test": batched_quality(task, student, "test").value,
                    **through_runtime(student, task, Path(folder), method)}
             rows.append(row)
             print(row, file=sys.stderr)

@@ -30,12 +30,14 @@ from edgeprune.progress import Progress
 from edgeprune.quantize import RECIPES
 from edgeprune.recovery import DistillData, distill
 from edgeprune.recovery.teacher_outputs import TeacherOutputs
+from edgeprune.search.benchmarkers import this_machine
 from edgeprune.search.builder import CandidateBuilder
 from edgeprune.search.journal import Journal
 from edgeprune.search.options import FitOptions
 from edgeprune.search.scoring import journaled_head_scores, normalization
 from edgeprune.search.shared import SharedWork, dense_head_means
 from edgeprune.search.space import Shape
+from edgeprune.tasks.base import batched_quality
 
 
 def fit_structure(task, teacher, shape: Shape, work: Path) -> nn.Module:  # noqa: ANN001 - a Task, its Teacher
@@ -47,9 +49,9 @@ def fit_structure(task, teacher, shape: Shape, work: Path) -> nn.Module:  # noqa
     raw = journaled_head_scores(task, teacher.model, options, Progress(enabled=False), journal, shared,
                                 teacher.validation, means)
     builder = CandidateBuilder(teacher.model, raw.normalize_per_layer(normalization(raw, options)), task, options,
-                               work, Progress(enabled=False), "executorch", load_profile("host"), None, journal,
-                               shared=shared, means=means)
-    return builder.pruned(shape)
+                               work, Progress(enabled=False), "executorch", load_profile("host"),
+                               this_machine(options), journal, shared=shared, means=means)
+    return builder.facts.pruned(shape)
 
 
 def main() -> int:
@@ -87,8 +89,8 @@ def main() -> int:
             run = load_artifact(artifact.path)
             row = {"learning_rate": learning_rate, "steps": steps, "recovery_s": round(seconds, 1),
                    "precision": result.precision, "best_step": result.best_step,
-                   "pytorch_validation": task.batched_quality(student, "validation").value,
-                   "pytorch_test": task.batched_quality(student, "test").value,
+                   "pytorch_validation": batched_quality(task, student, "validation").value,
+                   "pytorch_test": batched_quality(task, student, "test").value,
                    "file_mb": round(artifact.size_bytes / 1e6, 3),
                    "runtime_validation": task.runtime_quality(run, "validation").value,
                    "runtime_test": task.runtime_quality(run, "test").value}

@@ -31,6 +31,7 @@ from edgeprune.progress import Progress
 from edgeprune.recovery import DistillData, distill
 from edgeprune.recovery.precision import cpu_has_bfloat16
 from edgeprune.recovery.teacher_outputs import TeacherOutputs
+from edgeprune.tasks.base import batched_quality
 
 
 def main() -> int:
@@ -63,8 +64,8 @@ def main() -> int:
             weights[name] = {k: v.clone() for k, v in student.state_dict().items()}
             row = {"way": name, "precision": result.precision, "recovery_s": round(seconds, 1),
                    "teacher_forwards": outputs.misses - misses, "steps": result.steps, "best_step": result.best_step,
-                   "pytorch_validation": task.batched_quality(student, "validation").value,
-                   "pytorch_test": task.batched_quality(student, "test").value}
+                   "pytorch_validation": batched_quality(task, student, "validation").value,
+                   "pytorch_test": batched_quality(task, student, "test").value}
             if not args.no_runtime and index in (0, len(ways) - 1):
                 row.update(through_runtime(student, task, Path(folder), f"way{index}"))
             rows.append(row)

@@ -176,3 +176,9 @@ def silence_transformers() -> None:
 
     transformers_logging.set_verbosity_error()
     transformers_logging.disable_progress_bar()
+
+
+def elapsed_text(started: float) -> str:
+    """Minutes and seconds since `started` (a `time.perf_counter()` reading): "3m07s"."""
+    seconds = int(time.perf_counter() - started)
+    return f"{seconds // 60}m{seconds % 60:02d}s"

@@ -22,6 +22,7 @@ from edgeprune.cluster.connect import check_speaks_grpc  # noqa: E402
 from edgeprune.errors import UserInputError  # noqa: E402
 from edgeprune.progress import Progress  # noqa: E402
 from edgeprune.search import Budget  # noqa: E402
+from edgeprune.search.benchmarkers import WorkElsewhere  # noqa: E402
 from edgeprune.search.fit import FitOptions, fit  # noqa: E402
 from edgeprune.tasks import bundled_task  # noqa: E402
 from edgeprune.tasks.base import Task  # noqa: E402
@@ -219,7 +220,7 @@ def test_a_real_head_passes_the_check_that_refuses_ports_that_are_not_ray(ray_cl
 def test_by_default_no_build_runs_ahead_on_a_cluster_whose_every_node_is_this_machine(ray_cluster):
     progress = Recorder()
     assert nodes_elsewhere() == []  # both nodes of the test cluster are on 127.0.0.1
-    assert start_builds_ahead(None, None, None, progress) is None  # the builder is not even looked at
+    assert start_builds_ahead(None, WorkElsewhere(), None, None, progress) is None  # the builder is not even looked at
     assert progress.notes[0].startswith("builds ahead: off (every node of the Ray cluster is this machine")
 
 

@@ -11,6 +11,7 @@ from edgeprune.cli import main
 from edgeprune.data import detect_format, load_examples
 from edgeprune.errors import UserInputError
 from edgeprune.tasks import make_task
+from edgeprune.tasks.base import split_items
 from tests._byo import TOPICS, tiny_vit_dir, topic_rows, write_csv, write_image_folder
 
 datasets = pytest.importorskip("datasets")
@@ -50,7 +51,7 @@ def test_a_task_on_a_dataset_splits_and_encodes_as_on_the_csv(tiny_bert_dir, tmp
     on_csv = make_task("classification", tiny_bert_dir, write_csv(tmp_path / "d.csv", topic_rows()), max_length=16)
     on_dataset = make_task("classification", tiny_bert_dir, topic_dataset(class_label=True), max_length=16)
     for split in ("calibration", "validation", "test"):
-        assert pairs(on_dataset.split_items(split)) == pairs(on_csv.split_items(split))
+        assert pairs(split_items(on_dataset, split)) == pairs(split_items(on_csv, split))
         for name, tensor in on_csv.encode(split).items():
             assert torch.equal(on_dataset.encode(split)[name], tensor), (split, name)
     assert on_dataset.data_description["path"] == "the datasets.Dataset of 24 rows"
@@ -66,7 +67,7 @@ def test_a_dataset_dict_needs_its_split_named_when_it_has_several(tiny_bert_dir,
         load_examples(both, dataset_split="validation")
     assert len(load_examples(datasets.DatasetDict(only=topic_dataset()))) == 24  # one split: no name needed
     task = make_task("classification", tiny_bert_dir, both, dataset_split="train", max_length=16)
-    assert task.data_description["dataset_split"] == "train" and len(task.split_items("test")) > 0
+    assert task.data_description["dataset_split"] == "train" and len(split_items(task, "test")) > 0
     both.save_to_disk(tmp_path / "saved")
     with pytest.raises(UserInputError, match=f"choose one, e\\.g\\. --data {tmp_path / 'saved' / 'train'}"):
         load_examples(tmp_path / "saved")

@@ -3,7 +3,6 @@ the dense teacher; a structure with more heads removed on the same line starts f
 one before it; the artifact is the recovered model; the search's bound is measured after recovery."""
 
 import json
-import sys
 
 import pytest
 import torch
@@ -15,6 +14,7 @@ from edgeprune.models import adapter_for
 from edgeprune.progress import Progress
 from edgeprune.pruning.ffn import intermediate_sizes
 from edgeprune.quantize import FP32_RECIPE, RECIPES
+from edgeprune.search.benchmarkers import this_machine
 from edgeprune.search.budget import Budget
 from edgeprune.search.builder import CandidateBuilder
 from edgeprune.search.journal import Journal
@@ -46,8 +46,10 @@ def recovering(tiny_bert_dir, tmp_path):
                              loss_fn=task.loss).normalize_per_layer()
         notes = Recorder()
         options = FitOptions(recover_steps=3, scoring_examples=8, **options)
-        builder = CandidateBuilder(teacher, scores, task, options, tmp_path, notes, "executorch", load_profile("host"),
-                                   None, Journal(tmp_path / "journal.jsonl", {}, False), vocabulary=task.vocabulary())
+        profile = load_profile("host")
+        builder = CandidateBuilder(teacher, scores, task, options, tmp_path, notes, "executorch", profile,
+                                   this_machine(options, profile),
+                                   Journal(tmp_path / "journal.jsonl", {}, False), vocabulary=task.vocabulary())
         return builder, notes
     return make
 
@@ -61,7 +63,7 @@ def test_a_more_pruned_candidate_reuses_the_previous_recovered_weights(recoverin
     second = builder.recovered(Shape(6))
     assert "  recovering from the recovered candidate with 3 heads removed" in notes.notes
     kept = [b.num_heads for b in adapter_for(second).attention_blocks(second)]
-    assert sum(kept) == 12 - 6 and kept == [len(k) for k in builder.plan(6).kept_heads]
+    assert sum(kept) == 12 - 6 and kept == [len(k) for k in builder.facts.plan(6).kept_heads]
     # the recovered candidates are trained copies: the teacher and the first candidate are untouched
     assert sum(b.num_heads for b in adapter_for(first).attention_blocks(first)) == 9
     assert sum(b.num_heads for b in adapter_for(teacher).attention_blocks(teacher)) == 12
@@ -72,7 +74,7 @@ def test_ffn_and_layer_structures_recover_along_their_line_to_the_structure_fit_
     builder.recovered(Shape(2, 0.5, 1))
     again = builder.recovered(Shape(5, 0.5, 1))
     assert "  recovering from the recovered candidate with 2 heads removed, FFN −50%, 1 layer removed" in notes.notes
-    direct = builder.pruned(Shape(5, 0.5, 1))  # the same structure cut from the teacher in one go
+    direct = builder.facts.pruned(Shape(5, 0.5, 1))  # the same structure cut from the teacher in one go
     assert heads_of(again) == heads_of(direct)
     assert intermediate_sizes(again) == intermediate_sizes(direct) == [32, 32]
     assert len(adapter_for(again).attention_blocks(again)) == 2  # 3 layers, 1 removed
@@ -83,10 +85,10 @@ def test_ffn_and_layer_structures_recover_along_their_line_to_the_structure_fit_
 
 def test_the_heads_beyond_a_pruned_model_are_named_by_its_own_layer_indices(recovering):
     builder, _ = recovering(layer_removals=(0, 1))
-    parent = builder.pruned(Shape(2, 0.0, 1))
-    plan = builder.plan(5, 1)
-    removal = heads_beyond(parent, plan.kept_heads, builder.removed_layers(1))
-    stayed = [layer for layer in range(3) if layer not in builder.removed_layers(1)]
+    parent = builder.facts.pruned(Shape(2, 0.0, 1))
+    plan = builder.facts.plan(5, 1)
+    removal = heads_beyond(parent, plan.kept_heads, builder.facts.removed_layers(1))
+    stayed = [layer for layer in range(3) if layer not in builder.facts.removed_layers(1)]
     assert set(removal) <= {0, 1}
     for index, layer in enumerate(stayed):
         assert sorted(set(heads_of(parent)[index]) - set(removal.get(index, []))) == sorted(plan.kept_heads[layer])
@@ -100,11 +102,11 @@ def test_the_artifact_of_a_recovered_structure_is_the_recovered_model_trimmed(re
     recovered = builder.shared.recovered[shape.structure].model  # full vocabulary: the teacher's inputs
     assert artifact.recovery.startswith("distilled from the dense teacher for 3 steps") and "pruned teacher" in (
         artifact.recovery)
-    unrecovered = builder.pruned(shape.structure)
+    unrecovered = builder.facts.pruned(shape.structure)
     run = load_artifact(builder.work / artifact.path)
     for inputs in builder.task.example_inputs("validation", 3):
         expected = first_output(recovered(*inputs))
-        got = run(*builder.remap(inputs, True))[0]
+        got = run(*builder.artifacts.remap(inputs, True))[0]
         assert torch.allclose(got, expected, atol=1e-4)
         before = first_output(unrecovered(*inputs))
         assert not torch.allclose(before, expected, atol=1e-3)  # recovery changed the model that was exported
@@ -154,20 +156,16 @@ def test_a_candidate_predicted_over_the_size_budget_is_measured_before_it_is_rec
 
 
 def test_a_candidate_predicted_too_slow_is_benchmarked_before_it_is_recovered(recovering):
-    from edgeprune.devices.profile import Endpoint
-    from edgeprune.devices.transports import open_transport
-
     builder, _ = recovering(bench_runs=20, bench_warmup=1)
-    builder.device_link = open_transport(Endpoint(), sys.executable)  # this machine, as fit's host device
     recipe, reference, shape = RECIPES.get("int8"), builder.proxy(Shape()), Shape(2)
-    builder.latency_model.observe("int8", builder.flops(Shape()), 1000.0)  # a calibrated model that says: slow
+    builder.facts.latency_model.observe("int8", builder.facts.flops(Shape()), 1000.0)  # a calibrated model: slow
     slow = Budget(max_latency_ms=0.001)  # 1 µs: any real measurement is over it
     artifact = builder.candidate(recipe, shape, slow, reference)
     assert artifact.benchmark is not None and artifact.benchmark.p50_ms > slow.max_latency_ms  # measured: too slow
     assert "over the latency p50 budget, measured on the unrecovered structure" in artifact.note
     assert artifact.recovery == "" and shape.structure not in builder.shared.recovered
     assert artifact.validation_quality is None and not artifact.meets_budget
-    expected = 1000.0 * builder.flops(shape) / builder.flops(Shape())  # one measurement: scaled by FLOPs
+    expected = 1000.0 * builder.facts.flops(shape) / builder.facts.flops(Shape())  # one measurement: scaled by FLOPs
     assert artifact.predicted_latency_ms == pytest.approx(expected)  # the prediction kept beside the measurement
 
     artifact = builder.candidate(recipe, Shape(3), slow, reference, probe=False)  # the closest candidate: in full
@@ -180,7 +178,7 @@ def test_a_candidate_predicted_near_the_latency_budget_on_either_side_is_probed(
     beyond it, recovery goes ahead unprobed."""
     builder, _ = recovering()
     recipe, shape = RECIPES.get("int8"), Shape(2)
-    builder.latency_model.observe("int8", builder.flops(Shape()), 10.0)
+    builder.facts.latency_model.observe("int8", builder.facts.flops(Shape()), 10.0)
     predicted = builder.predict_latency(shape, recipe)
     probes = []
 

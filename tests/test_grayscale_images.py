@@ -11,6 +11,7 @@ import torch
 
 from edgeprune.cli import main
 from edgeprune.tasks import make_task
+from edgeprune.tasks.base import input_signature, split_items
 from tests.test_fit_integration import NO_RECOVERY
 
 MEAN, STD = 0.45, 0.2
@@ -54,11 +55,11 @@ def test_pixels_are_what_the_models_own_image_processor_gives(tmp_path):
     images = write_brightness_folder(tmp_path / "images")
     Image.new("L", (7, 5), 200).save(images / "mid" / "flat.png")  # a uniform image stays uniform when resized
     task = make_task("image-classification", model, images)
-    assert task.input_signature()[0].shape == [1, 1, 16, 16]
+    assert input_signature(task)[0].shape == [1, 1, 16, 16]
     processor = AutoImageProcessor.from_pretrained(model, backend="pil")
     pixels_by_source = {}
     for split in ("calibration", "validation", "test"):
-        items = task.split_items(split)
+        items = split_items(task, split)
         expected = processor(images=[Image.open(item.path) for item in items], return_tensors="pt")["pixel_values"]
         assert torch.equal(task.encode(split)["pixel_values"], expected)
         pixels_by_source.update(zip((item.source for item in items), task.encode(split)["pixel_values"], strict=True))
@@ -74,7 +75,7 @@ def test_colour_images_are_converted_for_a_grayscale_model(tmp_path):
 
     model = gray_vit_dir(tmp_path / "vit")
     task = make_task("image-classification", model, write_brightness_folder(tmp_path / "rgb", mode="RGB"))
-    items = task.split_items("test")
+    items = split_items(task, "test")
     processor = AutoImageProcessor.from_pretrained(model, backend="pil")
     gray = [Image.open(item.path).convert("L") for item in items]
     assert Image.open(items[0].path).mode == "RGB"
@@ -127,7 +128,7 @@ def test_a_grayscale_vit_fits_end_to_end_and_its_folder_feeds_an_app(tmp_path, c
     labels = json.loads((out / "labels.json").read_text())["labels"]
     processor = AutoImageProcessor.from_pretrained(out, backend="pil")
     program = load_artifact(out / "model.pte")
-    test_items = make_task("image-classification", model, images).split_items("test")  # the same seeded split
+    test_items = split_items(make_task("image-classification", model, images), "test")  # the same seeded split
     correct = 0
     for item in test_items:
         (logits,) = program(processor(images=Image.open(item.path), return_tensors="pt")["pixel_values"])

@@ -109,7 +109,8 @@ def test_prune_params_plans_heads_and_ffn_jointly_through_the_cli(tiny_bert_dir,
     assert intermediate_sizes(pruned) == printed["ffn_widths"] and all(w % 16 == 0 for w in printed["ffn_widths"])
     # the same as the library call on the same calibration inputs, weight for weight
     task = bundled_task("minilm-bbc", model_path=tiny_bert_dir, max_length=32, progress=Progress(enabled=False))
-    expected = prune_jointly(dense, task.input_batches("calibration", 16, limit=16), 15000, neuron_multiple=16)
+    from edgeprune.tasks.base import input_batches
+    expected = prune_jointly(dense, input_batches(task, "calibration", 16, limit=16), 15000, neuron_multiple=16)
     assert expected.parameters_removed == printed["parameters_removed"]
     for (name, a), (_, b) in zip(dense.state_dict().items(), pruned.state_dict().items(), strict=True):
         assert torch.allclose(a, b, atol=1e-6), name

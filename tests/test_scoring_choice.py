@@ -14,6 +14,7 @@ from edgeprune.devices import load_profile
 from edgeprune.importance import ScoringChoice, score_heads
 from edgeprune.models import adapter_for
 from edgeprune.progress import Progress
+from edgeprune.search.benchmarkers import this_machine
 from edgeprune.search.builder import CandidateBuilder
 from edgeprune.search.journal import Journal
 from edgeprune.search.options import FitOptions
@@ -30,7 +31,7 @@ from edgeprune.search.shared import SharedWork, dense_head_means
 from edgeprune.search.space import Shape
 from edgeprune.serialization import from_jsonable, to_jsonable
 from edgeprune.tasks import bundled_task
-from edgeprune.tasks.base import Quality
+from edgeprune.tasks.base import Quality, batched_quality
 from tests._byo import tiny_llama_dir
 from tests._importance import batches, classifier
 
@@ -84,9 +85,9 @@ def test_the_choice_is_the_best_of_the_builders_own_estimates_and_the_winners_is
         raw = score_heads(teacher.model, task.batches("calibration", options.scoring_batch_size, limit=EXAMPLES),
                           trial.criterion, loss_fn=task.loss)
         builder = CandidateBuilder(teacher.model, raw.normalize_per_layer(trial.normalize), task, options, work,
-                                   task.progress, "executorch", load_profile("host"), None,
+                                   task.progress, "executorch", load_profile("host"), this_machine(options),
                                    Journal(work / f"{trial.criterion}.jsonl", {}, resume=False), means=means)
-        estimate = task.batched_quality(builder.pruned(Shape(decision.heads_removed)), "validation")
+        estimate = batched_quality(task, builder.facts.pruned(Shape(decision.heads_removed)), "validation")
         assert estimate.value == pytest.approx(trial.quality.value, abs=1e-9)
         measured.append(estimate.value)
     assert decision.chosen == best_trial(decision.trials, decision.tolerance)

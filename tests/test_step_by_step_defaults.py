@@ -12,12 +12,14 @@ import edgeprune
 from edgeprune.cli import main
 from edgeprune.devices import load_profile
 from edgeprune.progress import Progress
+from edgeprune.search.benchmarkers import this_machine
 from edgeprune.search.builder import CandidateBuilder
 from edgeprune.search.journal import Journal
 from edgeprune.search.options import FitOptions
 from edgeprune.search.scoring import journaled_head_scores, normalization
 from edgeprune.search.space import Shape
 from edgeprune.tasks import bundled_task
+from edgeprune.tasks.base import input_batches
 
 EXAMPLES, MAX_LENGTH, REMOVE = 32, 32, 5
 
@@ -32,7 +34,7 @@ def _fits_builder(model_dir, work):
     scores = journaled_head_scores(task, teacher, options, task.progress, journal, reference=dense.validation)
     ranked = scores.normalize_per_layer(normalization(scores, options))  # as fit_task ranks them
     builder = CandidateBuilder(teacher, ranked, task, options, work, task.progress, "executorch",
-                               load_profile("host"), None, journal)
+                               load_profile("host"), this_machine(options), journal)
     return task, teacher, scores, builder
 
 
@@ -62,9 +64,9 @@ def test_score_then_prune_with_their_defaults_build_fits_candidate(tiny_bert_dir
     assert written["criterion"] == fit_scores.criterion == "fluctuation"
     assert written["scores"] == fit_scores.to_dict()["scores"]  # raw, the same numbers fit ranks
     plan = json.loads((tmp_path / "stepwise" / "plan.json").read_text())
-    assert plan["kept_heads"] == builder.plan(REMOVE).kept_heads and plan["heads_removed"] == REMOVE
+    assert plan["kept_heads"] == builder.facts.plan(REMOVE).kept_heads and plan["heads_removed"] == REMOVE
 
-    fits = _encoder_state(builder.pruned(Shape(REMOVE)).encoder)
+    fits = _encoder_state(builder.facts.pruned(Shape(REMOVE)).encoder)
     stepwise = _encoder_state(edgeprune.load(tmp_path / "stepwise"))
     outright = _encoder_state(edgeprune.load(tmp_path / "outright"))
     assert set(stepwise) == set(fits) == set(outright)
@@ -77,13 +79,13 @@ def test_score_then_prune_with_their_defaults_build_fits_candidate(tiny_bert_dir
                                                                            strict=True))
 
     # the Python API: score_heads and prune with their defaults, on the same calibration inputs
-    batches = task.input_batches("calibration", 16, limit=EXAMPLES)
+    batches = input_batches(task, "calibration", 16, limit=EXAMPLES)
     api_scores = edgeprune.score_heads(teacher, batches)
     assert api_scores.criterion == "fluctuation" and not api_scores.normalized_per_layer
     api_plan = edgeprune.plan_heads("global-topk", api_scores, edgeprune.SelectionAmount(remove=REMOVE))
     assert api_plan.kept_heads == plan["kept_heads"]
     pruned = edgeprune.prune(copy.deepcopy(teacher), api_plan, batches).state_dict()
-    fits_classifier = builder.pruned(Shape(REMOVE)).state_dict()
+    fits_classifier = builder.facts.pruned(Shape(REMOVE)).state_dict()
     assert set(pruned) == set(fits_classifier)
     for name, tensor in fits_classifier.items():
         torch.testing.assert_close(pruned[name], tensor, rtol=1e-5, atol=1e-6, msg=name)

@@ -8,6 +8,7 @@ import torch.nn.functional as F
 
 from edgeprune.errors import UserInputError
 from edgeprune.tasks import make_task
+from edgeprune.tasks.base import batched_quality, split_items
 from tests._byo import tiny_llama_dir, topic_rows, write_jsonl
 
 
@@ -35,12 +36,12 @@ def test_perplexity_is_exp_of_the_mean_next_token_loss(llama_dir, tmp_path):
     loss = task.loss(teacher.model, {"input_ids": ids})
     assert math.exp(loss.item()) == pytest.approx(expected, rel=1e-5)
     # in batches (what fit's PyTorch estimates use): the same figure
-    assert task.batched_quality(teacher.model, "test", batch_size=3).value == pytest.approx(expected, rel=1e-5)
+    assert batched_quality(task, teacher.model, "test", batch_size=3).value == pytest.approx(expected, rel=1e-5)
 
 
 def test_no_document_reaches_two_splits(llama_dir, tmp_path):
     task = make_task("causal-lm", llama_dir, write_jsonl(tmp_path / "t.jsonl", long_rows()), max_length=16)
-    texts = {split: {item.text for item in task.split_items(split)} for split in ("calibration", "validation", "test")}
+    texts = {split: {item.text for item in split_items(task, split)} for split in ("calibration", "validation", "test")}
     assert not texts["calibration"] & texts["test"] and not texts["validation"] & texts["test"]
 
 

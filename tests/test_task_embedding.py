@@ -9,6 +9,7 @@ import torch.nn.functional as F
 from edgeprune.errors import UserInputError
 from edgeprune.pruning import prune_heads
 from edgeprune.tasks import make_task
+from edgeprune.tasks.base import batched_quality
 from edgeprune.tasks.embedding import sentence_transformers_pooling
 from edgeprune.tasks.metrics import neighbour_agreement
 from tests._byo import topic_rows, write_jsonl
@@ -72,7 +73,7 @@ def test_pruning_lowers_cosine_and_the_contrastive_loss_scores_heads(tiny_bert_d
                                        teacher.model(data["input_ids"], data["attention_mask"])[0], dim=-1)
     assert quality.metric == "cosine" and quality.value == pytest.approx(float(expected.mean()), abs=1e-6)
     assert quality.value < 1 and quality.details["min_cosine"] == pytest.approx(float(expected.min()), abs=1e-6)
-    batched = task.batched_quality(pruned, "test", batch_size=4)  # what fit's PyTorch estimates use
+    batched = batched_quality(task, pruned, "test", batch_size=4)  # what fit's PyTorch estimates use
     assert batched.examples == quality.examples and batched.value == pytest.approx(quality.value, abs=1e-6)
 
 

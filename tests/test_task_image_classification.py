@@ -5,6 +5,7 @@ import torch
 
 from edgeprune.errors import UserInputError
 from edgeprune.tasks import make_task
+from edgeprune.tasks.base import input_signature
 from edgeprune.tasks.image_preprocessing import image_processor_for, pixel_values, preprocessing_for
 from tests._byo import tiny_vit_dir, write_image_folder
 
@@ -14,7 +15,7 @@ def test_a_plain_vit_gets_a_linear_head_on_cls_and_learns_the_colours(tmp_path):
     task = make_task("image-classification", tiny_vit_dir(tmp_path / "vit"), images)
     teacher = task.teacher()
     assert not task.uses_own_head and task.labels == ["blue", "green", "red"]
-    assert task.input_signature()[0].shape == [1, 3, 16, 16]
+    assert input_signature(task)[0].shape == [1, 3, 16, 16]
     assert teacher.test.metric == "top1" and teacher.validation.value == 1.0  # colours are easy
     assert teacher.test.details["top3"] == 1.0  # top-5 is capped at the 3 classes
 

@@ -111,10 +111,15 @@ def litert_runner(artifact: str, inputs: list, threads: int):  # noqa: ANN201 - 
     yield lambda: runner(**feed)
 
 
+# each runtime's runner by the name edgeprune's runtime descriptors use (edgeprune/runtimes/): this script runs on
+# devices without edgeprune, so the table is here, and a runtime without an entry has no Python runner
+RUNNERS = {"executorch": executorch_runner, "litert": litert_runner}
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__)
     parser.add_argument("--artifact", required=True)
-    parser.add_argument("--runtime", choices=["executorch", "litert"], required=True)
+    parser.add_argument("--runtime", choices=sorted(RUNNERS), required=True)
     parser.add_argument("--inputs", required=True, help=".npz with arrays arg_0, arg_1, ... in call order")
     parser.add_argument("--threads", type=int, required=True)
     parser.add_argument("--warmup", type=int, default=5)
@@ -149,7 +154,7 @@ def main() -> int:
 
     with np.load(args.inputs) as saved:
         inputs = [saved[f"arg_{i}"] for i in range(len(saved.files))]
-    stages = (executorch_runner if args.runtime == "executorch" else litert_runner)(args.artifact, inputs, args.threads)
+    stages = RUNNERS[args.runtime](args.artifact, inputs, args.threads)
     next(stages)  # runtime imported and configured, nothing loaded yet
     rss_before_load = status_mb("VmRSS")
     start = time.perf_counter()

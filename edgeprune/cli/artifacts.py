@@ -147,13 +147,14 @@ def run_export(args: SimpleNamespace) -> int:
                       calibration=_calibration(task, recipe), verify_on=task.example_inputs("validation", 8))
     check = artifact.verification
     from edgeprune.serialization import to_jsonable
+    from edgeprune.tasks.base import input_signature
 
     quality = task.runtime_quality(load_artifact(args.out), "validation")
     summary = {"artifact": str(args.out), "runtime": args.runtime, "recipe": recipe.name,
                "file_bytes": artifact.size_bytes, "export_seconds": round(artifact.export_seconds, 1),
                "min_cosine_to_pytorch": check.min_cosine, "max_abs_error": check.max_abs_error,
                f"validation_{quality.metric}": quality.value, "task": task.kind,
-               "inputs": to_jsonable(task.input_signature())}
+               "inputs": to_jsonable(input_signature(task))}
     write_json_atomic(args.out.with_suffix(args.out.suffix + ".json"), summary)
     print(json.dumps(summary, indent=2))
     return EXIT_OK

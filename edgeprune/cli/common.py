@@ -224,7 +224,8 @@ def split_ratios(text: str):  # noqa: ANN201 - a SplitRatios
 def task_from(args: SimpleNamespace):  # noqa: ANN201 - a Task
     """The task the arguments describe: the bundled one, or the team's model and data, with its inputs checked."""
     task = build_task(args)
-    task.check_inputs()  # data, labels and tokenizer: bad input fails here, before any model is loaded
+    from edgeprune.tasks.base import check_inputs
+    check_inputs(task)  # data, labels and tokenizer: bad input fails here, before any model is loaded
     return task
 
 

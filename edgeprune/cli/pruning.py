@@ -216,7 +216,8 @@ def calibration_inputs(args: SimpleNamespace) -> list[dict]:
     """The model inputs of the task's first `--examples` calibration documents, batched as fit batches them."""
     try:
         task = task_from(args)
-        return task.input_batches("calibration", CALIBRATION_BATCH_SIZE, limit=args.examples)
+        from edgeprune.tasks.base import input_batches
+        return input_batches(task, "calibration", CALIBRATION_BATCH_SIZE, limit=args.examples)
     except UserInputError as error:
         raise UserInputError(f"{error} (prune measures the removed heads' mean outputs on the task's calibration "
                              "data, as fit does; --no-compensate removes them outright and needs no data)") from None

@@ -23,6 +23,7 @@ from edgeprune.cache import write_entry
 from edgeprune.export.artifacts import export_producers, runtime_of
 from edgeprune.progress import Progress
 from edgeprune.quantize import RECIPES
+from edgeprune.search.benchmarkers import WorkElsewhere
 from edgeprune.search.build_job import BuildJob, BuildOutcome
 from edgeprune.search.builder import CandidateBuilder
 from edgeprune.search.recovering import line_parent, needs_recovery, record_recovery
@@ -58,13 +59,14 @@ class RayBuildsAhead:
     node (a network file system); the workers write the artifacts there and only their qualities travel through
     the object store."""
 
-    def __init__(self, builder: CandidateBuilder, depth: int, progress: Progress,
+    def __init__(self, builder: CandidateBuilder, elsewhere: WorkElsewhere, depth: int, progress: Progress,
                  shared_folder: Path | None = None, nodes: list[str] | None = None) -> None:
         import ray
 
         self.ray = ray
         self.remote = ray.remote(num_cpus=1)(build_on_worker)  # an export keeps one core busy
         self.builder, self.depth, self.progress, self.shared_folder = builder, depth, progress, shared_folder
+        self.elsewhere = elsewhere  # where the qualities the builds measured go, for the builder to take
         self.nodes = list(nodes or [])
         self.task = ray.put(portable_copy(builder.task))  # once, not with every job
         self.teacher: Any = None  # put once, when a build ahead first recovers
@@ -153,7 +155,7 @@ class RayBuildsAhead:
         self.progress.note(f"  the build ahead of {key[0]}, {key[1].describe()} landed ({outcome.seconds:.0f} s on "
                            "a worker)")
         if outcome.validation_quality is not None:
-            self.builder.measured_ahead[(outcome.digest, "validation")] = outcome.validation_quality
+            self.elsewhere.measured(outcome.digest, "validation", outcome.validation_quality)
         self.landed.add(key)
 
     def _adopt_recovery(self, key: tuple[str, Shape]) -> None:
@@ -183,8 +185,8 @@ class RayBuildsAhead:
                 f"{len(self.landed) - used} not needed by the search, {cancelled} cancelled when it ended)")
 
 
-def start_builds_ahead(builder: CandidateBuilder, depth: int | None, shared_folder: Path | None,
-                       progress: Progress) -> RayBuildsAhead | None:
+def start_builds_ahead(builder: CandidateBuilder, elsewhere: WorkElsewhere, depth: int | None,
+                       shared_folder: Path | None, progress: Progress) -> RayBuildsAhead | None:
     """Builds ahead on the connected Ray cluster: `depth` of them, or with None (auto) two when some node is
     another machine and none when every node is this one (a build there only competes with the benchmarks,
     which wait for it). They are placed on the other machines' nodes when there are any."""
@@ -193,8 +195,9 @@ def start_builds_ahead(builder: CandidateBuilder, depth: int | None, shared_fold
         progress.note("builds ahead: off (every node of the Ray cluster is this machine, where a build only "
                       "competes with the benchmarks; --builds-ahead N starts them anyway)")
         return None
-    ahead = RayBuildsAhead(builder, AUTO_DEPTH if depth is None else depth, progress, shared_folder, nodes)
-    builder.before_benchmark = ahead.quiet  # no build beside a benchmark
+    ahead = RayBuildsAhead(builder, elsewhere, AUTO_DEPTH if depth is None else depth, progress, shared_folder,
+                           nodes)
+    elsewhere.before_benchmark.append(ahead.quiet)  # no build beside a benchmark
     return ahead
 
 

@@ -35,6 +35,7 @@ from edgeprune.quantize import (
 from edgeprune.quantize.vocabulary import VocabularyMap
 from edgeprune.report import render_html, render_markdown
 from edgeprune.runtimes import RUNTIMES
+from edgeprune.search.benchmarkers import WorkElsewhere, benchmarker_for
 from edgeprune.search.budget import Budget
 from edgeprune.search.builder import CandidateBuilder, journaled_artifact
 from edgeprune.search.choice import ACCURACY_METRICS, choose, pareto_front, quality_tolerance
@@ -169,12 +170,13 @@ def fit_task(
 
         vocabulary = vocabulary_for(task, options, progress)
         with open_transport(profile.endpoint, device_python(profile)) as device_link:
+            elsewhere = WorkElsewhere()  # what builds ahead on Ray measure, and their pause before a benchmark
+            benchmarker = benchmarker_for(profile, options, device_link, estimator, pool)
             builder = CandidateBuilder(teacher.model, scores, task, options, work, progress, runtime, profile,
-                                       None if estimator or pool else device_link, journal, vocabulary, estimator,
-                                       shared, None if estimator else pool, means)
+                                       benchmarker, journal, vocabulary, shared, means, elsewhere)
             mark = time.perf_counter()
             dense = _dense_baseline(builder, runtime, journal)
-            ahead = _builds_ahead(builder, builds_ahead, shared_folder, progress)
+            ahead = _builds_ahead(builder, elsewhere, builds_ahead, shared_folder, progress)
             limit_s = options.time_limit_minutes * 60 if options.time_limit_minutes is not None else None
             try:
                 searched = best_first_search(builder, budget, recipes, teacher.validation, progress, ahead,
@@ -190,7 +192,7 @@ def fit_task(
         fitted, binding, suggestions = choose(candidates, budget, teacher.validation, tolerance)
         keep_only(fitted, candidates, work)
         for artifact in (dense, fitted):
-            artifact.quality = builder.runtime_quality(artifact, "test")
+            artifact.quality = builder.artifacts.runtime_quality(artifact, "test")
             if artifact.quality.metric in ACCURACY_METRICS:
                 artifact.test_accuracy = artifact.quality.value
         timings["evaluation"] = time.perf_counter() - mark
@@ -284,13 +286,13 @@ def _estimator_if_unreachable(profile: DeviceProfile, options: FitOptions, progr
     return estimator
 
 
-def _builds_ahead(builder: CandidateBuilder, depth: int | None, shared_folder: Path | None,
-                  progress: Progress) -> "RayBuildsAhead | None":
+def _builds_ahead(builder: CandidateBuilder, elsewhere: WorkElsewhere, depth: int | None,
+                  shared_folder: Path | None, progress: Progress) -> "RayBuildsAhead | None":
     if depth is not None and depth <= 0:
         return None
     from edgeprune.cluster.ahead import start_builds_ahead  # Ray is an extra: imported only when asked for
 
-    return start_builds_ahead(builder, depth, shared_folder, progress)
+    return start_builds_ahead(builder, elsewhere, depth, shared_folder, progress)
 
 
 def _unreachable(profile: DeviceProfile) -> str | None:
@@ -360,7 +362,7 @@ def _dense_baseline(builder: CandidateBuilder, runtime: str, journal: Journal) -
         return saved
     dense = builder.build(Shape(), RECIPES.get(FP32_RECIPE[runtime]), BASELINE_STEM + builder.suffix,
                           "dense baseline", baseline=True)
-    builder.measure(dense)
+    builder.artifacts.measure(dense)
     journal.record_candidate("dense", to_jsonable(dense))
     return dense
 

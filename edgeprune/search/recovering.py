@@ -33,7 +33,7 @@ from torch import nn
 
 from edgeprune.models import adapter_for
 from edgeprune.progress import Progress
-from edgeprune.pruning import PruningPlan, prune_heads
+from edgeprune.pruning import prune_heads
 from edgeprune.pruning.compensation import HeadOutputMeans
 from edgeprune.search.journal import Journal
 from edgeprune.search.options import FitOptions
@@ -41,11 +41,12 @@ from edgeprune.search.result import RecoveryCost
 from edgeprune.search.shared import RecoveredModel, SharedWork, calibration_inputs
 from edgeprune.search.space import Shape
 from edgeprune.serialization import from_jsonable, to_jsonable, write_bytes_atomic
-from edgeprune.tasks.base import Quality, Task
+from edgeprune.tasks.base import Quality, Task, batched_quality
 
 if TYPE_CHECKING:
     from edgeprune.recovery import DistillConfig, DistillResult
     from edgeprune.recovery.teacher_outputs import TeacherOutputs
+    from edgeprune.search.shape_facts import ShapeFacts
 
 
 class RecoveringBuilder(Protocol):
@@ -58,12 +59,7 @@ class RecoveringBuilder(Protocol):
     journal: Journal
     shared: SharedWork
     means: HeadOutputMeans | None
-
-    def plan(self, heads_removed: int, layers_removed: int = 0) -> PruningPlan: ...
-
-    def removed_layers(self, count: int) -> list[int]: ...
-
-    def pruned(self, shape: Shape) -> nn.Module: ...
+    facts: "ShapeFacts"  # the plans, removed layers and pruned models of shapes
 
     def proxy(self, shape: Shape) -> Quality: ...
 
@@ -138,12 +134,12 @@ def signed_value(quality: Quality) -> float:
 def line_parent(builder: RecoveringBuilder, shape: Shape) -> Shape | None:
     """The recovered structure nearest before `shape` on its line (same FFN fraction and layers, fewer heads
     removed) whose kept heads include all of this shape's; None when there is none."""
-    kept = [set(layer) for layer in builder.plan(shape.heads_removed, shape.layers_removed).kept_heads]
+    kept = [set(layer) for layer in builder.facts.plan(shape.heads_removed, shape.layers_removed).kept_heads]
     parents = [s for s in builder.shared.recovered
                if s.ffn_fraction == shape.ffn_fraction and s.layers_removed == shape.layers_removed
                and s.heads_removed < shape.heads_removed
                and all(mine <= set(theirs) for mine, theirs in zip(
-                   kept, builder.plan(s.heads_removed, s.layers_removed).kept_heads, strict=True))]
+                   kept, builder.facts.plan(s.heads_removed, s.layers_removed).kept_heads, strict=True))]
     return max(parents, key=lambda s: s.heads_removed, default=None)
 
 
@@ -190,10 +186,10 @@ def recovery_start(builder: RecoveringBuilder, structure: Shape) -> tuple[nn.Mod
     with the extra heads cut (and that parent), else the teacher pruned to it (and None)."""
     parent = line_parent(builder, structure)
     if parent is None:
-        return builder.pruned(structure), None
+        return builder.facts.pruned(structure), None
     student = copy.deepcopy(builder.shared.recovered[parent].model)
-    plan = builder.plan(structure.heads_removed, structure.layers_removed)
-    removal = heads_beyond(student, plan.kept_heads, builder.removed_layers(structure.layers_removed))
+    plan = builder.facts.plan(structure.heads_removed, structure.layers_removed)
+    removal = heads_beyond(student, plan.kept_heads, builder.facts.removed_layers(structure.layers_removed))
     # the recovered parent's own head means: its heads no longer output what the teacher's did
     inputs = calibration_inputs(builder.task, builder.options) if builder.means is not None else None
     prune_heads(student, removal, compensate=inputs)
@@ -232,7 +228,7 @@ def run_recovery(student: nn.Module, teacher: nn.Module, task: Task, options: Fi
     data = DistillData.from_task(task, options.recovery_batch_size, task.seed)
     result = distill(student, teacher, data, recovery_config(task, options), progress, teacher_outputs)
     student.eval()
-    return result, task.batched_quality(student, "validation")
+    return result, batched_quality(task, student, "validation")
 
 
 def record_recovery(builder: RecoveringBuilder, structure: Shape, student: nn.Module, parent: Shape | None,
@@ -276,7 +272,7 @@ def recovered_before(builder: RecoveringBuilder, structure: Shape) -> nn.Module 
     path = recovered_weights_file(builder, structure)
     if recovered_key(structure) not in builder.journal.proxies or not path.is_file():
         return None
-    model = builder.pruned(structure)
+    model = builder.facts.pruned(structure)
     try:
         saved = torch.load(io.BytesIO(path.read_bytes()), weights_only=True)
         model.load_state_dict(saved["state"])

@@ -39,7 +39,7 @@ from edgeprune.search.options import FitOptions
 from edgeprune.search.shared import SharedWork, dense_head_means
 from edgeprune.search.space import Shape
 from edgeprune.serialization import from_jsonable, to_jsonable
-from edgeprune.tasks.base import Quality, Task
+from edgeprune.tasks.base import Quality, Task, batched_quality
 
 AUTO = "auto"
 # what `auto` compares, in order of preference on a tie: the encoder winner first (docs/FINDINGS.md)
@@ -133,7 +133,7 @@ def choose_scoring(teacher: nn.Module, task: Task, batches: Sequence[dict[str, t
         raw = copy.deepcopy(scored[candidate.criterion])
         plan, removed = probe_plan(raw.normalize_per_layer(candidate.normalize), heads_removed, constraints)
         pruned = apply_structure(copy.deepcopy(teacher), StructurePlan(plan), StructureCompensation(means, None))
-        quality = task.batched_quality(pruned, "validation")
+        quality = batched_quality(task, pruned, "validation")
         decision.trials.append(ScoringTrial(candidate.criterion, candidate.normalize, means is not None, quality,
                                             round(time.perf_counter() - started, 1), removed))
         winners.append(raw)

@@ -8,11 +8,11 @@ from dataclasses import dataclass
 from typing import Protocol
 
 from edgeprune.errors import VerificationError
-from edgeprune.progress import Progress
-from edgeprune.quantize import RECIPES, fidelity_rank
+from edgeprune.progress import Progress, elapsed_text
+from edgeprune.quantize import RECIPES, Recipe, fidelity_rank
 from edgeprune.search.budget import Budget
-from edgeprune.search.builder import CandidateBuilder, elapsed_text
 from edgeprune.search.choice import best_meeting_budget, format_against, quality_tolerance
+from edgeprune.search.options import FitOptions
 from edgeprune.search.recovering import signed_value as signed
 from edgeprune.search.result import BuiltArtifact, Trial
 from edgeprune.search.space import Line, Shape, lines
@@ -41,6 +41,43 @@ class SearchOutcome:
     stopped_early: str | None = None
 
 
+class SearchSpace(Protocol):
+    """What the searcher asks of the space it searches: cheap questions about shapes (head counts, exact sizes,
+    predicted latency and how far to trust it, PyTorch estimates) and, for the candidates it chooses, a measured
+    artifact. `edgeprune.search.builder.CandidateBuilder` is the real one; `tests/test_fit_search.py` has a model
+    of the world."""
+
+    options: FitOptions
+    vocabulary: object | None  # None: no shape trims the vocabulary
+    layer_counts: tuple[int, ...]  # how many layers a shape may remove
+    started: float  # `time.perf_counter()` when the space was made (progress lines say how long the search took)
+
+    def head_counts(self, layers_removed: int = 0) -> list[int]: ...
+
+    def core_parameters(self, shape: Shape) -> int: ...
+
+    def predict_bytes(self, shape: Shape, recipe: Recipe) -> int: ...
+
+    def predict_latency(self, shape: Shape, recipe: Recipe) -> float | None: ...
+
+    def size_slack(self, recipe: Recipe) -> float: ...
+
+    def latency_slack(self, recipe: Recipe) -> float: ...
+
+    def proxy(self, shape: Shape) -> Quality: ...
+
+    def bound(self, shape: Shape) -> Quality: ...
+
+    def candidate(self, recipe: Recipe, shape: Shape, budget: Budget, reference: Quality,
+                  best: float | None = None, probe: bool = True) -> BuiltArtifact: ...
+
+    def observe(self, recipe: str, shape: Shape, artifact: BuiltArtifact) -> None: ...
+
+    def evaluate(self, artifact: BuiltArtifact) -> None: ...
+
+    def benchmark(self, artifact: BuiltArtifact) -> None: ...
+
+
 class BuildsAhead(Protocol):
     """Builds started early elsewhere, knowing what the searcher ranks next (e.g. on Ray workers:
     `edgeprune.cluster.ahead.RayBuildsAhead`); they must not change what the searcher decides."""
@@ -64,11 +101,11 @@ class BestFirstSearcher:
     The interface is ask-and-tell, in the spirit of ModelOpt's searchers: `propose()` names the next candidate
     (None when nothing left can win), `tell()` / `reject()` report what building it gave; `state_dict()` is
     every told result in order, and `load_state_dict()` replays them into a fresh searcher over the same space.
-    `space` answers the cheap questions (sizes, latency predictions, PyTorch estimates, head counts): the
-    `CandidateBuilder`, or anything with its methods.
+    `space` answers the cheap questions (sizes, latency predictions, PyTorch estimates, head counts) and builds
+    what is chosen (`SearchSpace`).
     """
 
-    def __init__(self, space: CandidateBuilder, budget: Budget, recipes: tuple[str, ...], reference: Quality,
+    def __init__(self, space: SearchSpace, budget: Budget, recipes: tuple[str, ...], reference: Quality,
                  progress: Progress) -> None:
         self.space, self.budget, self.recipes, self.reference, self.progress = space, budget, recipes, reference, \
             progress
@@ -284,7 +321,7 @@ class BestFirstSearcher:
         return Proposal(recipe, shape, closest=True)
 
 
-def best_first_search(builder: CandidateBuilder, budget: Budget, recipes: tuple[str, ...], reference: Quality,
+def best_first_search(builder: SearchSpace, budget: Budget, recipes: tuple[str, ...], reference: Quality,
                       progress: Progress, ahead: BuildsAhead | None = None, time_limit_s: float | None = None,
                       clock: Callable[[], float] | None = None) -> SearchOutcome:
     """Build what the searcher proposes until it proposes nothing; every candidate built and every trial.
@@ -336,7 +373,7 @@ def best_first_search(builder: CandidateBuilder, budget: Budget, recipes: tuple[
     return SearchOutcome(candidates, trials, searcher.stopped_early)
 
 
-def _threshold(incumbent: BuiltArtifact | None, shape: Shape, builder: CandidateBuilder,
+def _threshold(incumbent: BuiltArtifact | None, shape: Shape, builder: SearchSpace,
                tolerance: float) -> float | None:
     """The signed validation quality a candidate must exceed to replace the incumbent: a tie is enough for a
     less compressed one (the order `incumbent` breaks ties in), a more compressed one must be better by more
@@ -349,7 +386,7 @@ def _threshold(incumbent: BuiltArtifact | None, shape: Shape, builder: Candidate
     return quality - tolerance if less_compressed else quality + tolerance
 
 
-def _vocabulary_choices(builder: CandidateBuilder) -> tuple[bool, ...]:
+def _vocabulary_choices(builder: SearchSpace) -> tuple[bool, ...]:
     if builder.vocabulary is None:
         return (False,)
     choice = builder.options.trim_vocabulary
@@ -361,7 +398,7 @@ def _on_line(shape: Shape, line: Line) -> bool:
         line.ffn_fraction, line.layers_removed, line.trim_vocabulary)
 
 
-def _frontier(builder: CandidateBuilder, line: Line, budget: Budget, over: list[tuple[str, Shape]]) -> Shape | None:
+def _frontier(builder: SearchSpace, line: Line, budget: Budget, over: list[tuple[str, Shape]]) -> Shape | None:
     """The fewest heads removed on `line` not known to be over budget and predicted to fit (within the models'
     slack: a real file and a real benchmark settle what the models cannot)."""
     recipe = RECIPES.get(line.recipe)
@@ -379,7 +416,7 @@ def _frontier(builder: CandidateBuilder, line: Line, budget: Budget, over: list[
     return None
 
 
-def _largest_gain(anchors: list[tuple[str, Shape, BuiltArtifact]], builder: CandidateBuilder) -> float:
+def _largest_gain(anchors: list[tuple[str, Shape, BuiltArtifact]], builder: SearchSpace) -> float:
     """How far above its PyTorch estimate any artifact measured (0 when none did): the bound's margin. Losses
     are not subtracted from the bound, since they depend on the structure (int4 loses more on a narrower
     FFN); they only order the contenders."""
@@ -389,7 +426,7 @@ def _largest_gain(anchors: list[tuple[str, Shape, BuiltArtifact]], builder: Cand
 
 
 def _quantization_loss(recipe: str, anchors: list[tuple[str, Shape, BuiltArtifact]], order: dict[str, int],
-                       builder: CandidateBuilder) -> float:
+                       builder: SearchSpace) -> float:
     """The least validation quality a recipe was measured to lose against the PyTorch estimate of the same
     structure; a recipe not measured yet borrows the largest loss of a higher-fidelity recipe (lower fidelity
     loses at least as much), else 0."""

@@ -15,10 +15,12 @@ from torch import nn
 
 from edgeprune.importance import HeadScores
 from edgeprune.pruning.compensation import HeadOutputMeans, measure_head_means
-from edgeprune.tasks.base import Quality, Task, Teacher
+from edgeprune.tasks.base import Quality, Task, Teacher, input_batches
 
 if TYPE_CHECKING:
+    from edgeprune.quantize.size_model import ParameterLayout
     from edgeprune.search.options import FitOptions
+    from edgeprune.search.space import Shape
 
 
 @dataclass
@@ -41,10 +43,12 @@ class SharedWork:
     head_means: HeadOutputMeans | None = None
     neurons: Any = None  # NeuronStatistics of the dense teacher
     removed_layers: dict[int, list[int]] = field(default_factory=dict)
-    layouts: dict = field(default_factory=dict)  # Shape → ParameterLayout
-    payload: dict = field(default_factory=dict)  # (recipe, Shape) → payload bytes
-    flops: dict = field(default_factory=dict)
-    core: dict = field(default_factory=dict)
+    # the ends of the search's lines (`edgeprune.search.shape_facts`): their layouts, and (recipe name, end) →
+    # payload bytes, (end,) → FLOPs and (end,) → parameters outside the embeddings
+    layouts: dict["Shape", "ParameterLayout"] = field(default_factory=dict)
+    payload: dict[tuple[Any, ...], float] = field(default_factory=dict)
+    flops: dict[tuple[Any, ...], float] = field(default_factory=dict)
+    core: dict[tuple[Any, ...], float] = field(default_factory=dict)
     recovered: dict[Any, RecoveredModel] = field(default_factory=dict)  # structure (a search Shape) → recovered
     trimmed: nn.Module | None = None  # the teacher with the trimmed vocabulary
     teacher_outputs: Any = None  # TeacherOutputs: the teacher's outputs on the recovery batches
@@ -67,7 +71,7 @@ class SharedWork:
 def calibration_inputs(task: Task, options: "FitOptions") -> list[dict[str, torch.Tensor]]:
     """The calibration batches a fit scores on, holding only the model's inputs (what head means, neuron
     statistics and layer distances are measured on)."""
-    return task.input_batches("calibration", options.scoring_batch_size, limit=options.scoring_examples)
+    return input_batches(task, "calibration", options.scoring_batch_size, limit=options.scoring_examples)
 
 
 def dense_head_means(teacher: nn.Module, task: Task, options: "FitOptions", shared: SharedWork) -> HeadOutputMeans:

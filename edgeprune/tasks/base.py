@@ -111,12 +111,6 @@ class Task(ABC):
         if self.model_kinds:
             check_model_for_task(self.kind, self.model_path, self.model_kinds)
 
-    def check_inputs(self) -> None:
-        """Everything that can be checked before the model loads: the data, its split and labels, and what turns
-        it into tensors (tokenizer, image decoding). Bad input fails here with one line, exit 2."""
-        for split in SPLITS:
-            self.encode(split)
-
     # --- data -----------------------------------------------------------------------------------
     @property
     def labelled(self) -> bool:
@@ -133,11 +127,6 @@ class Task(ABC):
             return random_split(items, self.ratios, self.seed)
         return stratified_split(items, self.ratios, self.seed)  # refuses labels missing from calibration
 
-    def split_items(self, split: Split) -> list:
-        if split not in SPLITS:
-            raise ValueError(f"unknown split {split!r}; splits: {', '.join(SPLITS)}")
-        return list(getattr(self.splits, split))
-
     @abstractmethod
     def encode(self, split: Split) -> Batch:
         """The whole split as tensors; the first dimension indexes examples."""
@@ -150,11 +139,6 @@ class Task(ABC):
         total = self.count(split) if limit is None else min(limit, self.count(split))
         for start in range(0, total, batch_size):
             yield {k: v[start:min(start + batch_size, total)] for k, v in data.items()}
-
-    def input_batches(self, split: Split, batch_size: int, limit: int | None = None) -> list[Batch]:
-        """`batches` holding only the model's inputs (no labels): what a forward pass without the task takes,
-        e.g. to measure head means or layer distances."""
-        return [{name: batch[name] for name in self.input_names} for batch in self.batches(split, batch_size, limit)]
 
     @property
     @abstractmethod
@@ -173,11 +157,6 @@ class Task(ABC):
     def artifact_input_names(self) -> tuple[str, ...]:
         """The artifact's inputs in call order: `input_names`, unless it takes more (a generator's positions)."""
         return self.input_names
-
-    def input_signature(self) -> list[InputSpec]:
-        example = self.example_inputs("validation", 1)[0]
-        return [InputSpec(name, list(tensor.shape), str(tensor.dtype).removeprefix("torch."))
-                for name, tensor in zip(self.artifact_input_names, example, strict=True)]
 
     def vocabulary(self) -> "VocabularyMap | None":
         """Token ids the calibration and validation data use (text tasks); None where it does not apply."""
@@ -203,22 +182,9 @@ class Task(ABC):
         was_training = model.training
         model.eval()
         try:
-            for inputs in self._progress_inputs(f"{self.metric} of the PyTorch model on the {split} split", split):
+            title = f"{self.metric} of the PyTorch model on the {split} split"
+            for inputs in examples_with_progress(self, title, split):
                 outputs.append(_first(model(*inputs)))
-        finally:
-            model.train(was_training)
-        return self.quality_from_outputs(outputs, split)
-
-    @torch.no_grad()
-    def batched_quality(self, model: nn.Module, split: Split = "validation", batch_size: int = 32) -> Quality:
-        """`quality` computed in batches: the same figure up to float rounding (inputs keep their exported
-        shape, padding masked), several times faster; what fit's PyTorch estimates use."""
-        outputs: list[torch.Tensor] = []
-        was_training = model.training
-        model.eval()
-        try:
-            for batch in self.batches(split, batch_size):
-                outputs.extend(_first(model(*(batch[name] for name in self.input_names))).split(1))
         finally:
             model.train(was_training)
         return self.quality_from_outputs(outputs, split)
@@ -228,17 +194,9 @@ class Task(ABC):
                         ) -> Quality:
         """Quality of an artifact run by its runtime, one example at a time (its exported shape)."""
         outputs = []
-        for inputs in self._progress_inputs(f"{self.metric} through the runtime on the {split} split", split):
+        for inputs in examples_with_progress(self, f"{self.metric} through the runtime on the {split} split", split):
             outputs.append(_first(run(*(map_inputs(inputs) if map_inputs else inputs))))
         return self.quality_from_outputs(outputs, split)
-
-    def _progress_inputs(self, title: str, split: Split) -> Iterator[tuple[torch.Tensor, ...]]:
-        data = self.encode(split)
-        total = self.count(split)
-        with self.progress.task(title, total) as bar:
-            for i in range(total):
-                yield tuple(data[name][i:i + 1] for name in self.input_names)
-                bar.advance(1)
 
     # --- record -------------------------------------------------------------------------------
     def ship(self, folder: Path) -> list[str]:
@@ -264,13 +222,66 @@ class Task(ABC):
                 handle.seek(max(0, stat.st_size - (1 << 20)))
                 digest.update(handle.read())
         for split in SPLITS:
-            for item in self.split_items(split):
+            for item in split_items(self, split):
                 digest.update(f"{split}|{item}".encode())
         digest.update(f"{self.kind}|{self.options_key()}|{self.seed}|{self.ratios}|{self.name}|v2".encode())
         return digest.hexdigest()[:24]
 
     def options_key(self) -> str:
         return ""
+
+
+# Helpers computed from a task's interface: functions, so that the interface stays what a task kind implements.
+def check_inputs(task: Task) -> None:
+    """Everything that can be checked before the model loads: the data, its split and labels, and what turns it
+    into tensors (tokenizer, image decoding). Bad input fails here with one line, exit 2."""
+    for split in SPLITS:
+        task.encode(split)
+
+
+def split_items(task: Task, split: Split) -> list:
+    """The records (LabeledText, LabeledImage, ...) of one split, in the split's order."""
+    if split not in SPLITS:
+        raise ValueError(f"unknown split {split!r}; splits: {', '.join(SPLITS)}")
+    return list(getattr(task.splits, split))
+
+
+def input_batches(task: Task, split: Split, batch_size: int, limit: int | None = None) -> list[Batch]:
+    """`task.batches` holding only the model's inputs (no labels): what a forward pass without the task takes,
+    e.g. to measure head means or layer distances."""
+    return [{name: batch[name] for name in task.input_names} for batch in task.batches(split, batch_size, limit)]
+
+
+def input_signature(task: Task) -> list[InputSpec]:
+    """The artifact's inputs: names, shapes at batch 1 and dtypes."""
+    example = task.example_inputs("validation", 1)[0]
+    return [InputSpec(name, list(tensor.shape), str(tensor.dtype).removeprefix("torch."))
+            for name, tensor in zip(task.artifact_input_names, example, strict=True)]
+
+
+def examples_with_progress(task: Task, title: str, split: Split) -> Iterator[tuple[torch.Tensor, ...]]:
+    """The inputs of every example of `split` at batch 1, in order, advancing a progress bar titled `title`."""
+    data = task.encode(split)
+    total = task.count(split)
+    with task.progress.task(title, total) as bar:
+        for i in range(total):
+            yield tuple(data[name][i:i + 1] for name in task.input_names)
+            bar.advance(1)
+
+
+@torch.no_grad()
+def batched_quality(task: Task, model: nn.Module, split: Split = "validation", batch_size: int = 32) -> Quality:
+    """`task.quality` computed in batches: the same figure up to float rounding (inputs keep their exported
+    shape, padding masked), several times faster; what fit's PyTorch estimates use."""
+    outputs: list[torch.Tensor] = []
+    was_training = model.training
+    model.eval()
+    try:
+        for batch in task.batches(split, batch_size):
+            outputs.extend(_first(model(*(batch[name] for name in task.input_names))).split(1))
+    finally:
+        model.train(was_training)
+    return task.quality_from_outputs(outputs, split)
 
 
 def _first(outputs: Any) -> torch.Tensor:

@@ -17,7 +17,7 @@ from torch import nn
 
 from edgeprune.errors import UserInputError
 from edgeprune.models.classifier import CausalLMLogits
-from edgeprune.tasks.base import Batch, Quality, RuntimeRun, Split, Teacher
+from edgeprune.tasks.base import Batch, Quality, RuntimeRun, Split, Teacher, batched_quality, split_items
 from edgeprune.tasks.compatibility import DECODER
 from edgeprune.tasks.metrics import next_token_nll
 from edgeprune.tasks.text import TextTask
@@ -88,7 +88,7 @@ class CausalLMTask(TextTask):
         encoded = {}
         for split in ("calibration", "validation", "test"):
             stream: list[int] = []
-            for item in self.split_items(split):
+            for item in split_items(self, split):
                 stream += self.tokenizer(item.text, add_special_tokens=False)["input_ids"]
                 if separator is not None:
                     stream.append(separator)
@@ -135,7 +135,7 @@ class CausalLMTask(TextTask):
     # computed instead of keeping every block's logits for `quality_from_outputs`, as the base class does.
     @torch.no_grad()
     def quality(self, model: nn.Module, split: Split = "test") -> Quality:
-        return self.batched_quality(model, split, batch_size=1)
+        return batched_quality(self, model, split, batch_size=1)
 
     @torch.no_grad()
     def batched_quality(self, model: nn.Module, split: Split = "validation", batch_size: int = 8) -> Quality:

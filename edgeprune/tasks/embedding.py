@@ -16,7 +16,7 @@ from torch import nn
 
 from edgeprune.errors import UserInputError
 from edgeprune.models.classifier import EncoderEmbedder
-from edgeprune.tasks.base import Batch, Quality, Split, Teacher
+from edgeprune.tasks.base import Batch, Quality, Split, Teacher, split_items
 from edgeprune.tasks.compatibility import ENCODER
 from edgeprune.tasks.metrics import neighbour_agreement
 from edgeprune.tasks.text import TextTask
@@ -96,7 +96,7 @@ class EmbeddingTask(TextTask):
 
     @cached_property
     def _encoded(self) -> dict[str, Batch]:
-        return {split: self.tokenize([item.text for item in self.split_items(split)])
+        return {split: self.tokenize([item.text for item in split_items(self, split)])
                 for split in ("calibration", "validation", "test")}
 
     def encode(self, split: Split) -> Batch:

@@ -14,7 +14,7 @@ from torch import nn
 from edgeprune.errors import UserInputError
 from edgeprune.models.classifier import ImageClassifier
 from edgeprune.serialization import write_json_atomic
-from edgeprune.tasks.base import Batch, Quality, Split, Task, Teacher
+from edgeprune.tasks.base import Batch, Quality, Split, Task, Teacher, split_items
 from edgeprune.tasks.compatibility import VISION
 from edgeprune.tasks.image_preprocessing import ImagePreprocessing, image_processor_for, pixel_values, preprocessing_of
 from edgeprune.tasks.metrics import classification_report
@@ -62,7 +62,8 @@ class ImageClassificationTask(Task):
 
         config = AutoConfig.from_pretrained(self.model_path, local_files_only=True)
         names = [str(config.id2label[i]) for i in range(config.num_labels)]
-        everything = {item.label for split in ("calibration", "validation", "test") for item in self.split_items(split)}
+        everything = {item.label for split in ("calibration", "validation", "test")
+                      for item in split_items(self, split)}
         if not everything <= set(names):
             raise UserInputError(f"the classification head of {self.model_path} predicts {names}, but the image "
                                  f"folders are named {sorted(everything)}; rename them, or use --head fit")
@@ -77,7 +78,7 @@ class ImageClassificationTask(Task):
         index = {label: i for i, label in enumerate(self.labels)}
         encoded = {}
         for split in ("calibration", "validation", "test"):
-            items = self.split_items(split)
+            items = split_items(self, split)
             unknown = sorted({item.label for item in items} - set(index))
             if unknown:
                 raise UserInputError(f"labels {unknown} appear in the {split} split but not in calibration; add "

@@ -16,7 +16,7 @@ from edgeprune.cache import discard, read_entry, write_entry
 from edgeprune.errors import UserInputError
 from edgeprune.models.classifier import EncoderClassifier, SequenceClassifier
 from edgeprune.serialization import write_json_atomic
-from edgeprune.tasks.base import Batch, Quality, RuntimeRun, Split, Teacher
+from edgeprune.tasks.base import Batch, Quality, RuntimeRun, Split, Teacher, split_items
 from edgeprune.tasks.compatibility import DECODER, ENCODER, check_model_for_task
 from edgeprune.tasks.metrics import classification_report
 from edgeprune.tasks.text import TextTask, load_model_folder, model_architecture
@@ -66,7 +66,7 @@ class TextClassificationTask(TextTask):
 
         config = AutoConfig.from_pretrained(self.model_path, local_files_only=True)
         names = [str(config.id2label[i]) for i in range(config.num_labels)]
-        everything = data_labels | {item.label for split in ("validation", "test") for item in self.split_items(split)}
+        everything = data_labels | {item.label for split in ("validation", "test") for item in split_items(self, split)}
         if everything <= set(names):
             return names
         if everything <= {str(i) for i in range(len(names))}:  # integer labels name the head's outputs
@@ -80,7 +80,7 @@ class TextClassificationTask(TextTask):
         encoded = {}
         index = {label: i for i, label in enumerate(self.labels)}
         for split in ("calibration", "validation", "test"):
-            items = self.split_items(split)
+            items = split_items(self, split)
             unknown = sorted({item.label for item in items} - set(index))
             if unknown:
                 raise UserInputError(f"labels {unknown} appear in the {split} split but not in calibration; add "

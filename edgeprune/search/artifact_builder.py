@@ -1,0 +1,125 @@
+"""Turns a float model of a search shape and a recipe into a verified artifact, then measures it: quality through
+the runtime (once per file content and split, whichever device of a fleet asks) and a benchmark through the
+fit's `Benchmarker`. Which model a shape exports (pruned, recovered, the dense teacher) is the candidate
+builder's decision (`edgeprune.search.builder`); this knows only files.
+"""
+
+import hashlib
+import time
+from pathlib import Path
+
+import torch
+from torch import nn
+
+from edgeprune.export import content_key, export, load_artifact
+from edgeprune.progress import Progress, elapsed_text
+from edgeprune.quantize import CALIBRATION_EXAMPLES, Recipe
+from edgeprune.quantize.size_model import ParameterLayout
+from edgeprune.search.benchmarkers import Benchmarker, WorkElsewhere
+from edgeprune.search.result import BuiltArtifact
+from edgeprune.search.shape_facts import ShapeFacts
+from edgeprune.search.shared import SharedWork
+from edgeprune.search.space import Shape
+from edgeprune.tasks.base import Quality, Split
+
+
+class ArtifactBuilder:
+    """Exports, verifies, evaluates and benchmarks the artifacts of one fit in its work folder."""
+
+    def __init__(self, facts: ShapeFacts, work: Path, progress: Progress, benchmarker: Benchmarker,
+                 shared: SharedWork, elsewhere: WorkElsewhere) -> None:
+        self.facts, self.work, self.progress, self.benchmarker = facts, work, progress, benchmarker
+        self.shared, self.elsewhere = shared, elsewhere
+        self.task, self.options, self.vocabulary = facts.task, facts.options, facts.vocabulary
+        self.verify_inputs = self.task.example_inputs("validation", self.options.verify_examples)
+        self.started = time.perf_counter()
+
+    def remap(self, inputs: tuple[torch.Tensor, ...], trimmed: bool) -> tuple[torch.Tensor, ...]:
+        """Inputs as the artifact takes them: token ids through the vocabulary map when it was trimmed."""
+        if not trimmed or self.vocabulary is None:
+            return inputs
+        return (self.vocabulary.apply(inputs[0]), *inputs[1:])
+
+    def calibration(self, recipe: Recipe, trimmed: bool) -> list[tuple[torch.Tensor, ...]] | None:
+        """Real calibration inputs, as the artifact takes them, for a calibrated recipe; None otherwise."""
+        if not recipe.calibrated:
+            return None
+        return [self.remap(i, trimmed) for i in self.task.example_inputs("calibration", CALIBRATION_EXAMPLES)]
+
+    def build(self, model: nn.Module, shape: Shape, recipe: Recipe, file_name: str, label: str, trimmed: bool,
+              recovery: str = "", observe: bool = True) -> BuiltArtifact:
+        """Quantize `model` (the float model of `shape`) with `recipe`, export it to `file_name` in the work folder
+        (or take it from the content-keyed cache) and verify it against PyTorch. `observe`: teach the size model
+        the file's size (not for the dense baseline, whose full vocabulary would miscalibrate the candidates')."""
+        facts = self.facts
+        predicted = facts.size_model.predict(model, recipe)
+        example = self.remap(facts.example, trimmed)
+        key = content_key(model, recipe, example)
+        self.progress.note(f"{label}: {recipe.name}, {shape.describe()}: quantize, export, verify "
+                           f"({elapsed_text(self.started)} into the search)")
+        exported = export(model, example, self.work / file_name, recipe, self.task.cache_dir / "exports", key,
+                          self.calibration(recipe, trimmed), name=f"{label} ({recipe.name})",
+                          verify_on=[self.remap(i, trimmed) for i in self.verify_inputs])
+        if observe:
+            facts.size_model.observe(model, recipe, exported.size_bytes)
+            facts.size_observed.add((recipe.name, shape))
+        verification = exported.verification
+        self.progress.note(
+            f"  {exported.size_bytes / 1e6:.2f} MB (predicted {predicted / 1e6:.2f}), "
+            f"{'cached' if exported.cached else f'exported in {exported.export_seconds:.0f} s'}, "
+            f"cosine to PyTorch {verification.min_cosine:.5f}"
+        )
+        return BuiltArtifact(
+            label=label, recipe=recipe, path=file_name, plan=facts.structure(shape),
+            parameters=sum(p.numel() for p in model.parameters()), file_bytes=exported.size_bytes,
+            predicted_bytes=predicted, verification=verification,
+            vocabulary_size=len(self.vocabulary.kept_ids) if trimmed and self.vocabulary else None,
+            export_seconds=round(exported.export_seconds, 2), cached_export=exported.cached,
+            ffn_fraction=shape.ffn_fraction, layers_removed=facts.removed_layers(shape.layers_removed),
+            core_parameters=ParameterLayout.of(model).core_parameters, recovery=recovery,
+        )
+
+    def evaluate(self, artifact: BuiltArtifact) -> None:
+        """Validation quality through the runtime: what the search decides on."""
+        artifact.validation_quality = self.runtime_quality(artifact, "validation")
+        self.progress.note(f"  validation {artifact.validation_quality.metric} "
+                           f"{artifact.validation_quality.value:.4f} through {artifact.recipe.runtime}")
+
+    def runtime_quality(self, artifact: BuiltArtifact, split: Split) -> Quality:
+        """The artifact's quality on `split` through the runtime; the same file (by content) measured for another
+        device of the fleet, or by a build that ran ahead elsewhere, is not measured again."""
+        with open(self.work / artifact.path, "rb") as file:
+            key = (hashlib.file_digest(file, "sha256").hexdigest(), split)
+        if key in self.shared.runtime_qualities:
+            self.shared.count(f"{split} qualities through the runtime")
+            return self.shared.runtime_qualities[key]
+        ahead = self.elsewhere.take(*key)
+        if ahead is not None:
+            self.shared.runtime_qualities[key] = ahead
+            return ahead
+        run = load_artifact(self.work / artifact.path)
+        trimmed = artifact.vocabulary_size is not None
+        quality = self.task.runtime_quality(run, split, (lambda inputs: self.remap(inputs, True)) if trimmed
+                                            else None)
+        self.shared.runtime_qualities[key] = quality
+        return quality
+
+    def benchmark(self, artifact: BuiltArtifact) -> None:
+        """Through the fit's benchmarker: on the profile's device, a board of the pool, or estimated here."""
+        inputs = self.remap(self.facts.example, artifact.vocabulary_size is not None)
+        window = f" and {self.options.bench_min_seconds:g} s" if self.options.bench_min_seconds else ""
+        self.progress.note(f"  benchmarking {self.benchmarker.where} (at least {self.options.bench_runs} runs"
+                           f"{window}, {self.benchmarker.profile.threads} threads)")
+        self.elsewhere.wait_before_benchmark()
+        # the latency model's figure before it sees this measurement: result.json keeps both (its error, measured)
+        artifact.predicted_latency_ms = self.facts.predict_latency(artifact.shape, artifact.recipe)
+        artifact.latency_basis = self.facts.latency_model.basis(artifact.recipe.name)
+        artifact.benchmark = self.benchmarker.benchmark(self.work / artifact.path, inputs, artifact.recipe.runtime)
+        peak, board = artifact.benchmark.peak_rss_mb, artifact.benchmark.board
+        estimated = " (estimated)" if self.benchmarker.estimated else ""
+        self.progress.note(f"  p50 {artifact.benchmark.p50_ms:.2f} ms{estimated}"
+                           f", peak {'?' if peak is None else f'{peak:.0f}'} MB{f' (board {board})' if board else ''}")
+
+    def measure(self, artifact: BuiltArtifact) -> None:
+        self.evaluate(artifact)
+        self.benchmark(artifact)
