@@ -61,8 +61,7 @@ class ArtifactBuilder:
                           self.calibration(recipe, trimmed), name=f"{label} ({recipe.name})",
                           verify_on=[self.remap(i, trimmed) for i in self.verify_inputs])
         if observe:
-            facts.size_model.observe(model, recipe, exported.size_bytes)
-            facts.size_observed.add((recipe.name, shape))
+            facts.learn_size(recipe, shape, exported.size_bytes, model)
         verification = exported.verification
         self.progress.note(
             f"  {exported.size_bytes / 1e6:.2f} MB (predicted {predicted / 1e6:.2f}), "

@@ -8,6 +8,7 @@
 machine) registers a wait with `WorkElsewhere`, which the builder is given, not patched with.
 """
 
+import sys
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -16,7 +17,9 @@ from typing import TYPE_CHECKING, Protocol
 import torch
 
 from edgeprune.bench.benchmark import BenchmarkResult, benchmark_on
-from edgeprune.devices import DeviceProfile
+from edgeprune.devices import DeviceProfile, load_profile
+from edgeprune.devices.profile import Endpoint
+from edgeprune.devices.transports import open_transport
 from edgeprune.devices.transports.base import Transport
 from edgeprune.search.estimate import HostEstimator
 from edgeprune.search.options import FitOptions
@@ -102,12 +105,6 @@ def benchmarker_for(profile: DeviceProfile, options: FitOptions, link: Transport
 
 def this_machine(options: FitOptions, profile: DeviceProfile | None = None) -> DeviceBenchmarker:
     """Benchmarks on this machine, in this Python, for `profile` (default: the host profile)."""
-    import sys
-
-    from edgeprune.devices import load_profile
-    from edgeprune.devices.profile import Endpoint
-    from edgeprune.devices.transports import open_transport
-
     return DeviceBenchmarker(open_transport(Endpoint(), sys.executable), profile or load_profile("host"), options)
 
 

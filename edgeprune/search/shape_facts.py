@@ -142,12 +142,16 @@ class ShapeFacts:
             return BORROWED_LATENCY_SLACK
         return FITTED_LATENCY_SLACK if basis == "fitted" else LATENCY_MODEL_SLACK
 
-    def observe_size(self, recipe: Recipe, shape: Shape, file_bytes: int, model: nn.Module | None = None) -> None:
-        """Teach the size model what a file of `recipe` at `shape` measured, once; `model` is the float model it was
-        exported from (None: the teacher pruned to `shape`, which has the same layout as a recovered one)."""
+    def learn_size(self, recipe: Recipe, shape: Shape, file_bytes: int, model: nn.Module) -> None:
+        """Teach the size model what a file of `recipe` at `shape`, exported from the float `model`, measured."""
+        self.size_observed.add((recipe.name, shape))
+        self.size_model.observe(model, recipe, file_bytes)
+
+    def observe_size(self, recipe: Recipe, shape: Shape, file_bytes: int) -> None:
+        """`learn_size` once per recipe and shape, from the teacher pruned to `shape` (the layout of a recovered
+        model too): what the searcher tells, so that a replayed search learns what the original did."""
         if (recipe.name, shape) not in self.size_observed:
-            self.size_observed.add((recipe.name, shape))
-            self.size_model.observe(model if model is not None else self.pruned(shape), recipe, file_bytes)
+            self.learn_size(recipe, shape, file_bytes, self.pruned(shape))
 
 
 def line_ends(head_counts: Callable[[int], list[int]], shape: Shape) -> tuple[Shape, Shape, int]:
