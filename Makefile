@@ -30,9 +30,9 @@ test: $(STAMP)
 		&& command -v g++ >/dev/null \
 		|| (apt-get update -qq && DEBIAN_FRONTEND=noninteractive \
 		apt-get install -y -qq openssh-server openssh-client adb chromium mksh busybox g++)
-	# two workers (pytest-xdist), each taking whole test files, the longest first (tests/conftest.py): the suite is
-	# mostly compute, so this gains little on 2 cores (59 min against 62-70 min serially here), more with more cores; the
-	# slowest tests are listed at the end
+	# two workers (pytest-xdist), each taking whole test files, the longest first, each keeping torch to its share of
+	# the cores (tests/conftest.py: at torch's default of a thread per core the two thrash; 19.5 min against 36 min on
+	# 2 cores, docs/FINDINGS.md); the slowest tests are listed at the end
 	$(BIN)/python -m pytest -q -rs -n 2 --dist loadfile --no-loadscope-reorder --durations=25
 
 # The emulated arm64 board (edgeprune/devices/emulated_board.py): Debian bookworm arm64 under QEMU user mode, over

@@ -22,8 +22,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # tests/sshd.py li
 
 from edgeprune import bundled_task  # noqa: E402
 from edgeprune.bench import benchmark_on  # noqa: E402
-from edgeprune.devices import Endpoint  # noqa: E402
 from edgeprune.devices.transports import open_transport  # noqa: E402
+from edgeprune.devices.transports.local import LocalEndpoint  # noqa: E402
 from edgeprune.export import content_key, export  # noqa: E402
 from edgeprune.progress import Progress  # noqa: E402
 from tests.sshd import start_sshd  # noqa: E402
@@ -51,7 +51,7 @@ def main() -> int:
                                cache_dir=task.cache_dir / "exports",
                                cache_key=content_key(teacher, recipe, example)).path
     server = start_sshd(work / "sshd")
-    endpoints = {"ssh": server.endpoint(), "local": Endpoint("local")}
+    endpoints = {"ssh": server.endpoint(), "local": LocalEndpoint()}
     rows = []
     try:
         for path in paths.values():

@@ -85,6 +85,7 @@ LONGEST_FILES = (
     "test_fit_integration.py", "test_fit_kill_anywhere.py", "test_fit_decoder.py", "test_fit_resume_and_budgets.py",
     "test_fleet.py", "test_runtime_dimension.py", "test_fit_auto_recovery.py", "test_ray_address.py",
     "test_progress_cli.py", "test_byo_minilm.py", "test_cli_artifacts.py", "test_app_handoff.py",
+    "test_transport_plugin.py", "test_family_plugin.py", "test_runtime_plugin.py",
     "test_generation.py", "test_ssh_transport.py", "test_recipe_int8_static.py", "test_cache.py",
     "test_full_disk.py", "test_build_job.py",
 )

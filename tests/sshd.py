@@ -2,7 +2,7 @@
 
 Nothing of the machine's /etc/ssh or ~/.ssh is read or changed: sshd runs with `-f` a config in a
 temporary folder, its own host key and authorized_keys; the client gets an identity and a known_hosts
-file from the same folder through the device Endpoint.
+file from the same folder through the device's SshEndpoint.
 """
 
 import getpass
@@ -19,7 +19,7 @@ from pathlib import Path
 import psutil
 import pytest
 
-from edgeprune.devices import Endpoint
+from edgeprune.devices.transports.ssh import SshEndpoint
 
 INSTALL_HINT = ("sshd (openssh-server) is not installed: run `make test`, which installs openssh-server, "
                 "openssh-client and adb with apt-get, or install them yourself")
@@ -47,11 +47,11 @@ class Sshd:
     host_public_key: str
     process: subprocess.Popen
 
-    def endpoint(self, **overrides: object) -> Endpoint:
-        options = dict(kind="ssh", host="127.0.0.1", user=self.user, port=self.port, key=str(self.identity),
+    def endpoint(self, **overrides: object) -> SshEndpoint:
+        options = dict(host="127.0.0.1", user=self.user, port=self.port, key=str(self.identity),
                        known_hosts=str(self.known_hosts), connect_timeout_s=5.0)
         options.update(overrides)
-        return Endpoint(**options)
+        return SshEndpoint(**options)
 
     def connection_toml(self) -> str:
         """The keys of a [connection] table that reach this server (a profile's, or a board's in boards.toml)."""

@@ -11,9 +11,9 @@ from pathlib import Path
 
 import pytest
 
-from edgeprune.devices import Endpoint
 from edgeprune.devices.transports import adb as adb_module
 from edgeprune.devices.transports.adb import (
+    AdbEndpoint,
     AdbTransport,
     CpuPolicy,
     parse_cpu_list,
@@ -124,7 +124,7 @@ def phone(adb_server, tmp_path, monkeypatch):
     device_root = tmp_path / "data-local-tmp"
     device_root.mkdir()
     monkeypatch.setattr(adb_module, "DEVICE_ROOT", str(device_root))
-    yield peer, Endpoint(kind="adb", serial=peer.serial, adb_port=adb_server)
+    yield peer, AdbEndpoint(serial=peer.serial, adb_port=adb_server)
     peer.stop()
 
 

@@ -70,7 +70,7 @@ def test_a_native_binary_that_is_not_there_exits_2_in_one_line(tflite, tiny_bert
 
 
 @pytest.mark.parametrize(("flags", "message"), [
-    (["--ssh", "pi@pi5.local", "--adb", "R5CX"], "pass --ssh or --adb, not both"),
+    (["--ssh", "pi@pi5.local", "--adb", "R5CX"], "pass --adb or --ssh, not both"),
     (["--adb-port", "5099"], "--adb-port is for adb; device host connects over local"),
     (["--adb", "R5CX", "--adb-port", "0"], "--adb-port 0: expected a TCP port"),
     (["--timeout-s", "0"], "--timeout-s must be a positive number"),

@@ -14,9 +14,9 @@ from edgeprune.bench.benchmark import apply_energy, estimate_mj_per_inference
 from edgeprune.bench.native import peak_rss_wrapper, split_peak_rss
 from edgeprune.bench.report import render_bench_markdown
 from edgeprune.bench.sensors import SensorUnavailable, power_sensor
-from edgeprune.devices import Endpoint, load_profile
+from edgeprune.devices import load_profile
 from edgeprune.devices.profile import PowerModel
-from edgeprune.devices.transports.local import LocalTransport
+from edgeprune.devices.transports.local import LocalEndpoint, LocalTransport
 from edgeprune.serialization import from_jsonable, to_jsonable
 from tests._device_fixtures import FIXTURES
 
@@ -81,7 +81,7 @@ def test_the_peak_rss_wrapper_sees_a_real_process_peak(tmp_path):
     # the wrapper polls every 50 ms, so the peak is held for longer than that
     allocate = ("import time; b = bytearray(200 * 1024 * 1024); b[::4096] = b'x' * len(b[::4096]); time.sleep(0.3); "
                 "print('done')")
-    with LocalTransport(Endpoint()) as transport:
+    with LocalTransport(LocalEndpoint()) as transport:
         done = transport.run(peak_rss_wrapper([sys.executable, "-c", allocate]))
         failed = transport.run(peak_rss_wrapper(["/nonexistent/benchmark_model"]))
     peak_mb, output = split_peak_rss(done.stdout)

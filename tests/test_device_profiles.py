@@ -41,7 +41,7 @@ def test_profile_by_path_and_from_the_user_folder(tmp_path, monkeypatch):
         ("cores = 4", "cores = 4\nfrequency = 2", "unknown key 'hardware.frequency'"),
         ("threads = 4", 'threads = "four"', "runtime.threads = 'four' has the wrong type"),
         ("threads = 4", "threads = 0", "runtime.threads = 0 must be positive"),
-        ('kind = "local"', 'kind = "pigeon"', "connection.kind = 'pigeon'; supported: local"),
+        ('kind = "local"', 'kind = "pigeon"', "connection.kind = 'pigeon'; supported: adb, local, ssh"),
         ("[budgets]", "[budget]", "unknown table"),
     ],
 )

@@ -8,12 +8,10 @@ import pytest
 
 from edgeprune.cli import main
 from edgeprune.devices import load_profile
-from edgeprune.devices.profile import Endpoint
 from edgeprune.devices.setup import (
     SetupReport,
     built_runner_path,
     device_python,
-    endpoint_key,
     host_version,
     package_sets,
     pinned,
@@ -22,8 +20,10 @@ from edgeprune.devices.setup import (
     wanted_versions,
     wheel_platform,
 )
+from edgeprune.devices.transports.adb import AdbEndpoint
+from edgeprune.devices.transports.ssh import SshEndpoint
 
-BOARD = Endpoint(kind="ssh", host="pi5.local", user="pi", port=22)
+BOARD = SshEndpoint(host="pi5.local", user="pi", port=22)
 
 
 def report(env: str) -> SetupReport:
@@ -51,7 +51,7 @@ def test_a_profile_env_names_the_python_and_a_broken_record_is_ignored(tmp_path,
     (tmp_path / "edgeprune" / "environments.json").write_text("{not json")
     board = load_profile("pi5-emulated")
     assert device_python(board) == "/home/pi/.edgeprune/env/bin/python" and recorded_python(board.endpoint) is None
-    assert endpoint_key(Endpoint(kind="adb", serial="R58M")) == "adb:R58M"
+    assert AdbEndpoint(serial="R58M").record_key == "adb:R58M" and BOARD.record_key == "ssh:pi@pi5.local:22"
 
 
 def test_wheels_for_a_board_are_its_platform_and_python_and_this_hosts_versions():

@@ -231,7 +231,9 @@ def test_fit_recovers_every_structure_it_builds_through_the_cli(small_bert_dir, 
                  "--ffn-fractions", "0,0.5", "--recover-steps", "6", "--out", str(out), "--json", *FAST])
     result = json.loads(capsys.readouterr().out)
     assert code == 0, result["message"]
-    pruned = [c for c in result["candidates"] if c["label"] == "candidate" and (
+    # every pruned candidate built, the fitted one included (the search may build no other: on one thread its estimates
+    # on this random model fall otherwise than on two)
+    pruned = [c for c in result["candidates"] if c["label"] in ("candidate", "fitted") and (
         c["plan"]["heads"]["heads_removed"] or c["ffn_fraction"] or c["layers_removed"])]
     assert pruned and all(c["recovery"].startswith("distilled from the dense teacher for 6 steps") for c in pruned)
     fitted = result["fitted"]

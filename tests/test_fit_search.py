@@ -390,50 +390,45 @@ def test_a_recipe_rejected_by_verification_is_dropped_and_the_search_goes_on():
 
 
 @pytest.mark.parametrize("stop_after", [1, 2, 3])
-def test_a_searcher_restored_from_its_state_proposes_what_the_original_would(stop_after):
-    """Ask-and-tell: the state after some results, through JSON, replays into a fresh searcher over the same space,
-    which then goes on exactly as the original does."""
-    import json
-
+def test_a_fresh_searcher_over_what_was_built_before_goes_on_as_the_original(stop_after):
+    """Resume has one owner, the fit's journal: a resumed fit runs a fresh searcher whose builder hands back the
+    candidates built before. Over a world that does so, the fresh searcher proposes them again first, builds none of
+    them twice, and ends where an uninterrupted search ends."""
     from edgeprune.search.searcher import BestFirstSearcher
 
     budget = Budget(max_mb=9.0, max_latency_ms=8.0)
     quiet = Progress(enabled=False, stream=io.StringIO())
 
-    def searcher() -> tuple[WorldBuilder, BestFirstSearcher]:
-        world = WorldBuilder(FitOptions(recipes=RECIPES))
-        return world, BestFirstSearcher(world, budget, RECIPES, REFERENCE, quiet)
+    def run(journal: dict, steps: int | None = None) -> tuple[BestFirstSearcher, int]:
+        world, search, built = WorldBuilder(FitOptions(recipes=RECIPES)), None, 0
+        search = BestFirstSearcher(world, budget, RECIPES, REFERENCE, quiet)
+        while steps is None or steps > 0:
+            proposal = search.propose()
+            if proposal is None:
+                break
+            key = (proposal.recipe, proposal.shape)
+            if key not in journal:
+                built += 1
+                artifact = world.candidate(RECIPE_REGISTRY.get(proposal.recipe), proposal.shape, budget, REFERENCE,
+                                           proposal.threshold)
+                if proposal.closest:
+                    world.evaluate(artifact)
+                    world.benchmark(artifact)
+                    artifact.checks = budget.check(artifact.file_bytes, artifact.benchmark,
+                                                   artifact.validation_quality, REFERENCE)
+                journal[key] = artifact
+            search.tell(proposal, journal[key])
+            steps = None if steps is None else steps - 1
+        return search, built
 
-    def step(world, search) -> bool:
-        proposal = search.propose()
-        if proposal is None:
-            return False
-        artifact = world.candidate(RECIPE_REGISTRY.get(proposal.recipe), proposal.shape,
-                                   budget, REFERENCE, proposal.threshold)
-        if proposal.closest:
-            world.evaluate(artifact)
-            world.benchmark(artifact)
-            artifact.checks = budget.check(artifact.file_bytes, artifact.benchmark, artifact.validation_quality,
-                                           REFERENCE)
-        search.tell(proposal, artifact)
-        return True
-
-    world, original = searcher()
-    for _ in range(stop_after):
-        assert step(world, original)
-    state = json.loads(json.dumps(original.state_dict()))
-    world_again, restored = searcher()
-    restored.load_state_dict(state)
-    while step(world, original):
-        assert step(world_again, restored)
-    assert not step(world_again, restored)
-    key = [(a.recipe, shape_of(a)) for a in original.result()[0]]
-    assert key == [(a.recipe, shape_of(a)) for a in restored.result()[0]]
-    assert [t.note for t in original.result()[1]] == [t.note for t in restored.result()[1]]
-    with pytest.raises(ValueError, match="not the same space"):
-        _, other = searcher()
-        other.budget = Budget(max_mb=30.0)
-        other.load_state_dict(state)
+    uninterrupted, everything = run({})
+    journal: dict = {}
+    run(journal, stop_after)
+    resumed, built_after = run(journal)
+    assert built_after == everything - stop_after  # nothing journaled is built again
+    key = [(a.recipe, shape_of(a)) for a in uninterrupted.result()[0]]
+    assert key == [(a.recipe, shape_of(a)) for a in resumed.result()[0]]
+    assert [t.note for t in uninterrupted.result()[1]] == [t.note for t in resumed.result()[1]]
 
 
 class RecordingAhead:

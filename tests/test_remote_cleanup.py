@@ -15,9 +15,8 @@ from pathlib import Path
 
 import pytest
 
-from edgeprune.devices import Endpoint
 from edgeprune.devices.transports.base import DeviceTimeoutError, guarded_command, stop_command
-from edgeprune.devices.transports.local import LocalTransport
+from edgeprune.devices.transports.local import LocalEndpoint, LocalTransport
 from edgeprune.devices.transports.workdirs import OWNER_FILE, make_remote_workdir_line, parse_made
 from tests._device_fixtures import running_with, sleeper, unique_marker, wait_for
 
@@ -72,9 +71,13 @@ def test_without_setsid_the_command_itself_is_recorded_and_stopped(tmp_path):
     env = {"PATH": str(tools)}
     running = subprocess.Popen(["sh", "-c", guarded_command(["sleep", "60"], str(work), ".run-1")], env=env)
     try:
-        assert wait_for(lambda: (work / ".run-1.pid").exists())
+        assert wait_for(lambda: (work / ".run-1.pid").read_text().strip() if (work / ".run-1.pid").exists() else "")
         recorded = int((work / ".run-1.pid").read_text())
-        assert recorded > 0 and Path(f"/proc/{recorded}/cmdline").read_bytes().split(b"\0")[0].endswith(b"sleep")
+
+        def program() -> bytes:  # the shell writes its PID, then execs the command: on a busy machine, a moment apart
+            return Path(f"/proc/{recorded}/cmdline").read_bytes().split(b"\0")[0]
+
+        assert recorded > 0 and wait_for(lambda: program().endswith(b"sleep")), program()
         assert shell(stop_command(str(work), ".run-1"), env=env).returncode == 0
         assert running.wait(timeout=10) == 143
     finally:
@@ -146,7 +149,7 @@ def test_the_local_transport_ends_the_whole_command_too(tmp_path, stop):
             os.kill(os.getpid(), signal.SIGINT)
 
     try:
-        with LocalTransport(Endpoint()) as transport:
+        with LocalTransport(LocalEndpoint()) as transport:
             workdir = transport.workdir
             if stop == "timeout":
                 with pytest.raises(DeviceTimeoutError, match="ran past its 3 s timeout on this machine"):
@@ -170,9 +173,9 @@ def test_a_folder_left_by_a_killed_process_goes_with_the_next_transport_and_a_li
     """SIGKILL leaves no chance to clean up; the next local transport of this user removes what was left."""
     monkeypatch.setenv("TMPDIR", str(tmp_path))
     monkeypatch.setattr(tempfile, "tempdir", None)  # re-read TMPDIR
-    make_folder = ("import sys, time; from edgeprune.devices import Endpoint; "
-                   "from edgeprune.devices.transports.local import LocalTransport; "
-                   "t = LocalTransport(Endpoint()); print(t.workdir, flush=True); time.sleep(60)")
+    make_folder = ("import sys, time; "
+                   "from edgeprune.devices.transports.local import LocalEndpoint, LocalTransport; "
+                   "t = LocalTransport(LocalEndpoint()); print(t.workdir, flush=True); time.sleep(60)")
     killed = subprocess.Popen([sys.executable, "-c", make_folder], stdout=subprocess.PIPE, text=True,
                               env={**os.environ, "TMPDIR": str(tmp_path)})
     living = subprocess.Popen([sys.executable, "-c", make_folder], stdout=subprocess.PIPE, text=True,
@@ -188,7 +191,7 @@ def test_a_folder_left_by_a_killed_process_goes_with_the_next_transport_and_a_li
         elsewhere.mkdir()
         (elsewhere / OWNER_FILE).write_text(f"{killed.pid} {socket.gethostname()}-elsewhere\n")
         assert (orphan / OWNER_FILE).read_text() == f"{killed.pid} {socket.gethostname()}\n"
-        with LocalTransport(Endpoint()) as transport:
+        with LocalTransport(LocalEndpoint()) as transport:
             mine = Path(transport.workdir)
             assert not orphan.exists()
             assert kept.is_dir() and foreign.is_dir() and elsewhere.is_dir() and mine.is_dir()

@@ -284,11 +284,10 @@ def test_a_missing_sshd_fails_the_fixture_and_says_to_run_make_test(tmp_path, mo
 
 
 def test_the_local_transport_has_the_same_contract(tmp_path):
-    from edgeprune.devices import Endpoint
-    from edgeprune.devices.transports.local import LocalTransport
+    from edgeprune.devices.transports.local import LocalEndpoint, LocalTransport
 
     (tmp_path / AWKWARD).write_text("one")
-    with LocalTransport(Endpoint()) as transport:
+    with LocalTransport(LocalEndpoint()) as transport:
         transport.push(tmp_path / AWKWARD)
         (tmp_path / "two").write_text("two")
         transport.push(tmp_path / "two", AWKWARD)  # replaces

@@ -6,6 +6,7 @@ Energy is measured on the device when a power sensor reads there, else estimated
 power model, and the result says which; thermal state before and after is recorded either way.
 """
 
+import importlib.util
 import json
 import sys
 import tempfile
@@ -16,12 +17,13 @@ from pathlib import Path
 import numpy as np
 import torch
 
-from edgeprune.devices.profile import NATIVE_KEYS, DeviceProfile, Endpoint, PowerModel
+from edgeprune.devices.profile import NATIVE_KEYS, DeviceProfile, PowerModel
 from edgeprune.devices.transports.base import Transport
 from edgeprune.errors import EdgepruneError, UserInputError
-from edgeprune.runtimes import runtime_for_suffix
+from edgeprune.runtimes import RUNTIMES, runtime_for_suffix
 
 RUNNER = Path(__file__).with_name("runner.py")
+DEVICE_RUNNER_MODULE = "edgeprune_runtime_runner"  # the name a runtime's own device runner is pushed under
 SENSORS = Path(__file__).with_name("sensors")
 SENSORS_PACKAGE = "edgeprune_sensors"  # the name the runner imports the pushed zip under
 GENERIC_POWER_SENSOR = "rapl"  # tried on boards whose profile names no sensor; unreadable elsewhere
@@ -89,9 +91,9 @@ def benchmark_local(
     The runtime follows the file type (`.pte`: ExecuTorch, `.tflite`: LiteRT) unless given; `device`
     defaults to the profile's name, else "host".
     """
-    from edgeprune.devices.transports.local import LocalTransport
+    from edgeprune.devices.transports.local import LocalEndpoint, LocalTransport
 
-    with LocalTransport(Endpoint("local"), python=sys.executable) as transport:
+    with LocalTransport(LocalEndpoint(), python=sys.executable) as transport:
         return benchmark_on(transport, artifact, inputs, runtime, threads, warmup, runs, device, timeout_s,
                             profile=profile, min_seconds=min_seconds)
 
@@ -178,8 +180,13 @@ def _run_python(transport: Transport, artifact: Path, inputs: tuple[torch.Tensor
     # the artifact keeps its suffix (runtimes check it) but not its name, which may clash with ours
     remote_artifact = transport.push(artifact, f"artifact{artifact.suffix}")
     remote_inputs = transport.push(inputs_path, "inputs.npz")
+    own_runner = []
+    if RUNTIMES.get(runtime).device_runner:  # a third party's runtime: its runner module goes beside runner.py
+        source = importlib.util.find_spec(RUNTIMES.get(runtime).device_runner).origin
+        transport.push(Path(source), f"{DEVICE_RUNNER_MODULE}.py")
+        own_runner = ["--runner-module", DEVICE_RUNNER_MODULE]
     command = [*transport.pin_prefix(threads), transport.python, runner, "--artifact", remote_artifact,
-               "--runtime", runtime, "--inputs", remote_inputs, "--threads", str(threads),
+               "--runtime", runtime, *own_runner, "--inputs", remote_inputs, "--threads", str(threads),
                "--warmup", str(warmup), "--runs", str(runs), "--out", "result.json", "--sensors", sensors,
                "--power-sensor", power_sensor, "--idle-s", f"{idle_s:g}", "--min-seconds", f"{min_seconds:g}"]
     done = transport.run(command, timeout_s=timeout_s, env={"OMP_NUM_THREADS": "1", "MKL_NUM_THREADS": "1"})

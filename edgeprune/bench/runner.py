@@ -112,14 +112,16 @@ def litert_runner(artifact: str, inputs: list, threads: int):  # noqa: ANN201 - 
 
 
 # each runtime's runner by the name edgeprune's runtime descriptors use (edgeprune/runtimes/): this script runs on
-# devices without edgeprune, so the table is here, and a runtime without an entry has no Python runner
+# devices without edgeprune, so the table is here; a third party's runtime pushes a module of its own beside this
+# script (its descriptor's `device_runner`), named by --runner-module, with a `runner` of the same form
 RUNNERS = {"executorch": executorch_runner, "litert": litert_runner}
 
 
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__)
     parser.add_argument("--artifact", required=True)
-    parser.add_argument("--runtime", choices=sorted(RUNNERS), required=True)
+    parser.add_argument("--runtime", required=True, help=f"{', '.join(sorted(RUNNERS))}, or any with --runner-module")
+    parser.add_argument("--runner-module", help="a module beside this script whose `runner` times --runtime's files")
     parser.add_argument("--inputs", required=True, help=".npz with arrays arg_0, arg_1, ... in call order")
     parser.add_argument("--threads", type=int, required=True)
     parser.add_argument("--warmup", type=int, default=5)
@@ -131,6 +133,17 @@ def main() -> int:
     parser.add_argument("--power-sensor", help="the power sensor to measure energy with (see POWER_SENSORS)")
     parser.add_argument("--idle-s", type=float, default=1.0, help="seconds of idle power measured before the runs")
     args = parser.parse_args()
+    if args.runner_module:
+        import importlib
+
+        # pushed beside this script; Python put the folder of the script's real file on sys.path, which for a linked
+        # copy (the local transport links files) is not that folder
+        sys.path.insert(0, os.path.dirname(os.path.abspath(sys.argv[0])))
+        runner = importlib.import_module(args.runner_module).runner
+    elif args.runtime in RUNNERS:
+        runner = RUNNERS[args.runtime]
+    else:
+        parser.error(f"--runtime {args.runtime}: no runner here ({', '.join(sorted(RUNNERS))}) and no --runner-module")
 
     import numpy as np
 
@@ -154,7 +167,7 @@ def main() -> int:
 
     with np.load(args.inputs) as saved:
         inputs = [saved[f"arg_{i}"] for i in range(len(saved.files))]
-    stages = RUNNERS[args.runtime](args.artifact, inputs, args.threads)
+    stages = runner(args.artifact, inputs, args.threads)
     next(stages)  # runtime imported and configured, nothing loaded yet
     rss_before_load = status_mb("VmRSS")
     start = time.perf_counter()

@@ -23,7 +23,7 @@ from edgeprune.cli.common import (
 from edgeprune.cli.devices import connection_options, endpoint_from
 from edgeprune.errors import UserInputError
 from edgeprune.quantize import RECIPES
-from edgeprune.runtimes import RUNTIMES
+from edgeprune.runtimes import RUNTIMES, runtime_for_suffix
 
 if TYPE_CHECKING:
     from edgeprune.quantize import Recipe
@@ -172,9 +172,10 @@ def run_bench(args: SimpleNamespace) -> int:
     if not args.artifact.exists():
         raise UserInputError(f"artifact {args.artifact} does not exist")
     if args.artifact.is_dir():
-        raise UserInputError(f"artifact {args.artifact} is a folder; name the .pte or .tflite file")
-    if args.artifact.suffix not in (".pte", ".tflite") and args.runtime is None:
-        raise UserInputError(f"cannot tell the runtime of {args.artifact}; pass --runtime executorch|litert")
+        suffixes = " or ".join(RUNTIMES.get(name).suffix for name in RUNTIMES)
+        raise UserInputError(f"artifact {args.artifact} is a folder; name the {suffixes} file")
+    if runtime_for_suffix(args.artifact.suffix) is None and args.runtime is None:
+        raise UserInputError(f"cannot tell the runtime of {args.artifact}; pass --runtime {'|'.join(RUNTIMES.names())}")
     if args.runs < 1 or args.warmup < 0 or not 0 <= args.min_seconds < math.inf:
         raise UserInputError("--runs must be at least 1, --warmup and --min-seconds at least 0")
     if args.threads is not None and args.threads < 1:

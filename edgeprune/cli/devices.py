@@ -1,32 +1,32 @@
 """`edgeprune devices list|show|check|setup`: the device profiles edgeprune knows, whether a device answers,
 and provisioning a board's environment with the profile's runtimes."""
 
-import dataclasses
 import json
 import sys
+from collections.abc import Callable
 from pathlib import Path
 from types import SimpleNamespace
 
 import click
 
 from edgeprune.cli.common import EXIT_OK, EXIT_USAGE, as_args, epilog, one_line, options, output_options
+from edgeprune.devices.profile import DeviceProfile
+from edgeprune.devices.transports import Endpoint, Flag, connection_flags, endpoint_with_flags
 from edgeprune.errors import UserInputError
 
 EXIT_CHECK_FAILED = 1
 
 
-connection_options = options(
-    click.option("--ssh", metavar="USER@HOST[:PORT]", help="reach the device over ssh here instead of the profile's "
-                 "connection"),
-    click.option("--adb", metavar="SERIAL", help="reach the device over adb here (a serial from `adb devices`) "
-                 "instead of the profile's connection"),
-    click.option("--adb-port", type=int, metavar="PORT", help="the adb server's port (default: the profile's, "
-                 "else 5037)"),
-    click.option("--identity", type=click.Path(path_type=Path), help="ssh private key (default: your ssh config and "
-                 "agent)"),
-    click.option("--trust-on-first-use", is_flag=True,
-                 help="accept and record an unknown ssh host key (a changed key is still refused)"),
-)
+def connection_option(flag: Flag) -> Callable:
+    """The click option of a transport's connection flag (edgeprune.devices.transports.Flag)."""
+    if flag.type is bool:
+        return click.option(flag.option, is_flag=True, help=flag.help)
+    kind = click.Path(path_type=Path) if flag.type is Path else flag.type
+    return click.option(flag.option, type=kind, metavar=flag.metavar, help=flag.help)
+
+
+# every registered transport's flags (--ssh, --identity, --adb, ...): each transport declares its own
+connection_options = options(*(connection_option(flag) for _, flag in connection_flags()))
 
 
 @click.group("devices", epilog=epilog(["edgeprune devices list", "edgeprune devices show pi5",
@@ -103,41 +103,9 @@ def devices_setup(name: str, offline: bool, as_json: bool, **connection: object)
     return EXIT_OK
 
 
-def endpoint_from(profile, args: SimpleNamespace):  # noqa: ANN001, ANN201 - DeviceProfile -> Endpoint
-    """The profile's connection with the command line's --ssh, --adb, --identity and --trust-on-first-use applied."""
-    from edgeprune.devices.profile import check_adb_serial, check_ssh_target
-    from edgeprune.devices.transports.ssh import parse_target
-
-    endpoint = profile.endpoint
-    if args.ssh and args.adb:
-        raise UserInputError("pass --ssh or --adb, not both: a device has one connection")
-    if args.adb_port is not None and not 0 < args.adb_port < 65536:
-        raise UserInputError(f"--adb-port {args.adb_port}: expected a TCP port from 1 to 65535")
-    if args.adb is not None:
-        check_adb_serial(args.adb, "--adb")
-    if args.adb:
-        keep = endpoint if endpoint.kind == "adb" else type(endpoint)()
-        endpoint = dataclasses.replace(keep, kind="adb", serial=args.adb)
-    if args.adb_port is not None:
-        if endpoint.kind != "adb":
-            raise UserInputError(f"--adb-port is for adb; device {profile.name} connects over {endpoint.kind} "
-                                 "(pass --adb SERIAL)")
-        endpoint = dataclasses.replace(endpoint, adb_port=args.adb_port)
-    if args.ssh is not None:
-        user, host, port = parse_target(args.ssh)
-        check_ssh_target(user, host, f"--ssh {args.ssh!r}")
-        keep = endpoint if endpoint.kind == "ssh" else type(endpoint)()
-        endpoint = dataclasses.replace(keep, kind="ssh", user=user, host=host, port=port)
-    elif (args.identity or args.trust_on_first_use) and endpoint.kind != "ssh":
-        raise UserInputError(f"--identity and --trust-on-first-use are for ssh; device {profile.name} connects "
-                             f"over {endpoint.kind} (pass --ssh USER@HOST)")
-    if args.identity:
-        if not args.identity.expanduser().is_file():
-            raise UserInputError(f"--identity {args.identity} does not exist")
-        endpoint = dataclasses.replace(endpoint, key=str(args.identity.expanduser()))
-    if args.trust_on_first_use:
-        endpoint = dataclasses.replace(endpoint, trust_on_first_use=True)
-    return endpoint
+def endpoint_from(profile: DeviceProfile, args: SimpleNamespace) -> Endpoint:
+    """The profile's connection with the command line's connection flags (--ssh, --adb, --identity, ...) applied."""
+    return endpoint_with_flags(profile.endpoint, vars(args), profile.name)
 
 
 def list_devices(as_json: bool) -> int:

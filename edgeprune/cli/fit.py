@@ -30,6 +30,7 @@ from edgeprune.cli.common import (
 )
 from edgeprune.cli.devices import connection_options, endpoint_from
 from edgeprune.cli.recovery import PRECISIONS
+from edgeprune.devices.transports import given_connection_flags
 from edgeprune.errors import DeviceUnreachableError, UserInputError
 from edgeprune.importance import CRITERIA
 from edgeprune.quantize import RECIPES
@@ -174,8 +175,9 @@ def run_fit(args: SimpleNamespace) -> int:
     names = [each.name for each in profiles]
     if len(set(names)) != len(names):
         raise UserInputError(f"a device appears twice in the fleet: {', '.join(names)}")
-    if len(profiles) > 1 and any((args.ssh, args.adb, args.adb_port, args.identity, args.trust_on_first_use)):
-        raise UserInputError("--ssh, --adb, --identity and --trust-on-first-use describe one device's connection; "
+    given = given_connection_flags(vars(args))
+    if len(profiles) > 1 and given:
+        raise UserInputError(f"{', '.join(given)} describe{'s' if len(given) == 1 else ''} one device's connection; "
                              "in a fleet each device's profile ([connection]) says how to reach it")
     profile = dataclasses.replace(profiles[0], endpoint=endpoint_from(profiles[0], args))
     for each in profiles:

@@ -6,8 +6,8 @@ import shlex
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
-from edgeprune.devices.profile import DeviceProfile, Endpoint
-from edgeprune.devices.transports import Transport, open_transport
+from edgeprune.devices.profile import DeviceProfile
+from edgeprune.devices.transports import Endpoint, Transport, open_transport
 from edgeprune.errors import EdgepruneError, UserInputError
 from edgeprune.runtimes import RUNTIMES
 

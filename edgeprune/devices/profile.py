@@ -1,6 +1,5 @@
 """Device profiles: TOML files that state a device's hardware, runtime, budgets, power and connection."""
 
-import math
 import os
 import re
 import sys
@@ -10,34 +9,19 @@ from pathlib import Path
 from typing import Any
 
 from edgeprune.data.base import read_text
+from edgeprune.devices.schema import NUMBER, Key, check_section
+from edgeprune.devices.transports import TRANSPORTS, Endpoint, endpoint_from_settings, endpoint_schema
+from edgeprune.devices.transports.local import LocalEndpoint
 from edgeprune.errors import UserInputError
 from edgeprune.runtimes import RUNTIMES
 
-NUMBER = (int, float)
 SUPPORTED_ARCHES = ("x86_64", "aarch64", "armv7l")
 SUPPORTED_RUNTIMES = tuple(RUNTIMES.names())  # each a descriptor in edgeprune/runtimes
-SUPPORTED_CONNECTIONS = ("local", "ssh", "adb")
 SUPPORTED_SENSORS = ("vcgencmd", "ina3221", "tegrastats", "battery", "rapl")  # edgeprune/bench/sensors
 SUPPORTED_RUNNERS = ("python", "native")
 NATIVE_KEYS = {name: RUNTIMES.get(name).native_tool for name in RUNTIMES}  # runtime -> its tool's profile key
 EXECUTOR_RUNNER = "executor_runner"  # the file name of the ExecuTorch runner `devices setup` builds in bin/
-MAX_NUMBER = 1e12  # no count, size, rate or power of a device comes near it; beyond it a number is a typo
-MAX_PORT = 65535
-# what ssh accepts as a user and a host, and nothing a shell or the ssh client would read as more (';', '-o...')
-SSH_USER = re.compile(r"[A-Za-z0-9_][A-Za-z0-9._+-]{0,63}")  # all used with fullmatch
-HOST_NAME = re.compile(r"(?=.{1,253}\Z)[A-Za-z0-9_](?:[A-Za-z0-9._-]*[A-Za-z0-9_])?")
-IPV6_ADDRESS = re.compile(r"[0-9A-Fa-f:.]*:[0-9A-Fa-f:.]*(?:%[A-Za-z0-9_.-]+)?")
-ADB_SERIAL = re.compile(r"[A-Za-z0-9_.:][A-Za-z0-9_.:@+-]{0,127}")
 PROFILE_NAME = re.compile(r"[A-Za-z0-9_][A-Za-z0-9_.+-]{0,63}")
-
-
-@dataclass(frozen=True)
-class Key:
-    types: type | tuple[type, ...]
-    required: bool = True
-    choices: tuple[str, ...] = ()
-    positive: bool = False
-    maximum: float = MAX_NUMBER
 
 
 SCHEMA: dict[str, dict[str, Key]] = {
@@ -58,23 +42,20 @@ SCHEMA: dict[str, dict[str, Key]] = {
                 "max_energy_mj": Key(NUMBER, False, positive=True)},
     "power": {"idle_w": Key(NUMBER, positive=True), "active_w": Key(NUMBER, positive=True),
               "sensor": Key(str, False, choices=SUPPORTED_SENSORS)},
-    "connection": {
-        "kind": Key(str, choices=SUPPORTED_CONNECTIONS), "host": Key(str, False), "user": Key(str, False),
-        "port": Key(int, False, positive=True, maximum=MAX_PORT), "key": Key(str, False),
-        "known_hosts": Key(str, False), "trust_on_first_use": Key(bool, False),
-        "connect_timeout_s": Key(NUMBER, False, positive=True, maximum=3600),
-        "serial": Key(str, False), "adb_port": Key(int, False, positive=True, maximum=MAX_PORT),
-    },
+    "connection": {},  # connection_schema(): each transport's endpoint fields
 }
 OPTIONAL_TABLES = ("power",)
 CLUSTER_SCHEMA = {"name": Key(str), "cpus": Key(list), "max_mhz": Key(int, positive=True)}
-# keys of [connection] beyond `kind` that each kind accepts, and those it needs
-CONNECTION_KEYS = {
-    "local": ((), ()),
-    "ssh": (("host", "user", "port", "key", "known_hosts", "trust_on_first_use", "connect_timeout_s"),
-            ("host", "user")),
-    "adb": (("serial", "adb_port", "connect_timeout_s"), ("serial",)),
-}
+
+
+def connection_schema() -> dict[str, Key]:
+    """[connection]: `kind`, one of the registered transports, and the keys of every kind's endpoint (which of them
+    a kind takes is checked after, naming the kind they are for)."""
+    schema = {"kind": Key(str, choices=tuple(TRANSPORTS.names()))}
+    for kind in TRANSPORTS:
+        for key, spec in endpoint_schema(TRANSPORTS.get(kind).endpoint_type).items():
+            schema.setdefault(key, Key(spec.types, False, positive=spec.positive, maximum=spec.maximum))
+    return schema
 
 
 @dataclass(frozen=True)
@@ -89,22 +70,6 @@ class PowerModel:
     idle_w: float
     active_w: float
     sensor: str | None = None  # how to measure instead of estimate, when the board has one
-
-
-@dataclass(frozen=True)
-class Endpoint:
-    """How to reach a device: `local`, `ssh` (host, user, port, key) or `adb` (serial, server port)."""
-
-    kind: str = "local"
-    host: str | None = None
-    user: str | None = None
-    port: int = 22
-    key: str | None = None  # identity file; None leaves it to the ssh config and agent
-    known_hosts: str | None = None  # None: the ssh config's (usually ~/.ssh/known_hosts)
-    trust_on_first_use: bool = False
-    connect_timeout_s: float = 10.0
-    serial: str | None = None
-    adb_port: int = 5037
 
 
 @dataclass(frozen=True)
@@ -131,7 +96,7 @@ class DeviceProfile:
     max_latency_ms: float | None = None
     max_energy_mj: float | None = None
     power: PowerModel | None = None
-    endpoint: Endpoint = field(default_factory=Endpoint)
+    endpoint: Endpoint = field(default_factory=LocalEndpoint)
     env: str | None = None  # the venv `edgeprune devices setup` makes on the device; its bin/python runs the runner
     install: tuple[str, ...] = ()  # the runtimes `devices setup` installs; () means just `runtime`
     emulated: str | None = None  # e.g. "QEMU user mode on x86_64": its timings say nothing about the real board
@@ -178,22 +143,6 @@ def _is_text(name: str) -> bool:
     return name.isprintable()
 
 
-def check_ssh_target(user: str, host: str, where: str) -> None:
-    """Refuse an ssh user or host that ssh would reject or read as an option or shell syntax."""
-    if not SSH_USER.fullmatch(user):
-        raise UserInputError(f"{where}: user {user!r} is not an ssh user name (letters, digits, '.', '_', '-', '+'; "
-                             "not starting with '-')")
-    if not (HOST_NAME.fullmatch(host) or IPV6_ADDRESS.fullmatch(host)):
-        raise UserInputError(f"{where}: host {host!r} is not a host name or IP address (letters, digits, '.', '-', "
-                             "'_'; IPv6 in brackets: user@[::1]:22)")
-
-
-def check_adb_serial(serial: str, where: str) -> None:
-    if not ADB_SERIAL.fullmatch(serial):
-        raise UserInputError(f"{where}: {serial!r} is not an adb serial (letters, digits, '.', ':', '_', '-'; "
-                             "see `adb devices`)")
-
-
 def load_profile(name_or_path: str) -> DeviceProfile:
     """Load a profile by name (from `profile_dirs()`) or by path to a `.toml` file."""
     candidate = Path(name_or_path)
@@ -209,45 +158,6 @@ def load_profile(name_or_path: str) -> DeviceProfile:
     raise UserInputError(f"unknown device {name_or_path!r}; known devices: {known} (or pass a path to a .toml profile)")
 
 
-def _type_name(types: type | tuple[type, ...]) -> str:
-    names = {int: "an integer", float: "a number", str: "a string", bool: "true or false", list: "an array"}
-    if types == NUMBER:
-        return "a number"
-    return names.get(types, str(types)) if isinstance(types, type) else " or ".join(names[t] for t in types)
-
-
-def _check_section(path: Path, table: str, section: dict, schema: dict[str, Key], skip: tuple = ()) -> None:
-    scope = f"[{table}]" if table else "the top level"
-    for key, value in section.items():
-        if key in skip:
-            continue
-        where = f"{table}.{key}" if table else key
-        if key not in schema:
-            raise UserInputError(f"{path}: unknown key {where!r}; allowed in {scope}: {', '.join(schema)}")
-        spec = schema[key]
-        is_bool = isinstance(value, bool)
-        if not isinstance(value, spec.types) or is_bool != (spec.types is bool):
-            raise UserInputError(f"{path}: {where} = {value!r} has the wrong type; expected {_type_name(spec.types)}")
-        if spec.choices and value not in spec.choices:
-            raise UserInputError(f"{path}: {where} = {value!r}; supported: {', '.join(spec.choices)}")
-        if isinstance(value, int | float) and not is_bool:
-            _check_number(path, where, value, spec)
-    missing = [k for k, spec in schema.items() if spec.required and k not in section]
-    if missing:
-        raise UserInputError(f"{path}: missing {', '.join(f'{table}.{k}' if table else k for k in missing)}")
-
-
-def _check_number(path: Path, where: str, value: int | float, spec: Key) -> None:
-    """Finite, within `spec.maximum` and, for `positive` keys, above 0: nan, inf and typos of many digits fail."""
-    shown = value if isinstance(value, float) or abs(value) < 10 ** 15 else "a number of more than 15 digits"
-    if isinstance(value, float) and not math.isfinite(value):
-        raise UserInputError(f"{path}: {where} = {value} must be a finite number")
-    if spec.positive and value <= 0:
-        raise UserInputError(f"{path}: {where} = {shown} must be positive")
-    if abs(value) > spec.maximum:
-        raise UserInputError(f"{path}: {where} = {shown} is out of range; at most {spec.maximum:g}")
-
-
 def _table(path: Path, name: str, value: Any) -> dict:
     if not isinstance(value, dict):
         raise UserInputError(f"{path}: {name} = {value!r} must be a table: a [{name}] section with its keys")
@@ -260,7 +170,7 @@ def _clusters(path: Path, raw: list, cores: int) -> tuple[Cluster, ...]:
         where = f"hardware.clusters[{index}]"
         if not isinstance(item, dict):
             raise UserInputError(f"{path}: {where} must be a table with keys {', '.join(CLUSTER_SCHEMA)}")
-        _check_section(path, where, item, CLUSTER_SCHEMA)
+        check_section(path, where, item, CLUSTER_SCHEMA)
         cpus = item["cpus"]
         if not cpus or not all(isinstance(c, int) and not isinstance(c, bool) and 0 <= c < cores for c in cpus):
             raise UserInputError(f"{path}: {where}.cpus = {cpus!r}; expected CPU numbers from 0 to {cores - 1}")
@@ -275,32 +185,23 @@ def _clusters(path: Path, raw: list, cores: int) -> tuple[Cluster, ...]:
 
 def endpoint_from_table(path: Path, section: Any, where: str = "connection") -> Endpoint:
     """A [connection]-style table (kind, host, user, port, key, serial, ...) checked like a profile's."""
-    _check_section(path, where, _table(path, where, section), SCHEMA["connection"])
+    check_section(path, where, _table(path, where, section), connection_schema())
     return _endpoint(path, section)
 
 
 def _endpoint(path: Path, section: dict) -> Endpoint:
+    """The endpoint of a type-checked [connection] table: only the keys its kind's transport takes, all it needs."""
     kind = section["kind"]
-    allowed, needed = CONNECTION_KEYS[kind]
+    allowed = endpoint_schema(TRANSPORTS.get(kind).endpoint_type)
     for key in section:
         if key != "kind" and key not in allowed:
-            owners = [k for k, (keys, _) in CONNECTION_KEYS.items() if key in keys]
+            owners = [k for k in TRANSPORTS if key in endpoint_schema(TRANSPORTS.get(k).endpoint_type)]
             raise UserInputError(f"{path}: connection.{key} does not apply to kind = {kind!r} (it is for "
                                  f"{' or '.join(repr(o) for o in owners)}); allowed: {', '.join(allowed) or 'none'}")
-    missing = [k for k in needed if k not in section]
+    missing = [k for k, spec in allowed.items() if spec.required and k not in section]
     if missing:
         raise UserInputError(f"{path}: kind = {kind!r} needs {', '.join(f'connection.{k}' for k in missing)}")
-    if kind == "ssh":
-        check_ssh_target(section["user"], section["host"], f"{path}: connection")
-    if kind == "adb":
-        check_adb_serial(section["serial"], f"{path}: connection.serial")
-    options = {k: v for k, v in section.items() if k != "kind"}
-    for key in ("key", "known_hosts"):
-        if key in options:
-            options[key] = str(Path(options[key]).expanduser())
-    if "connect_timeout_s" in options:
-        options["connect_timeout_s"] = float(options["connect_timeout_s"])
-    return Endpoint(kind=kind, **options)
+    return endpoint_from_settings(kind, section, f"{path}: connection")
 
 
 def _read_toml(path: Path) -> dict[str, Any]:
@@ -317,13 +218,13 @@ def _parse(path: Path) -> DeviceProfile:
     for key, value in data.items():
         if isinstance(value, dict) and key not in SCHEMA:
             raise UserInputError(f"{path}: unknown table [{key}]; allowed tables: {', '.join(tables)}")
-    for table, keys in SCHEMA.items():
+    for table, keys in {**SCHEMA, "connection": connection_schema()}.items():
         section = data if not table else data.get(table)
         if section is None:
             if table in OPTIONAL_TABLES:
                 continue
             raise UserInputError(f"{path}: missing table [{table}] with keys {', '.join(keys)}")
-        _check_section(path, table, _table(path, table, section) if table else section, keys,
+        check_section(path, table, _table(path, table, section) if table else section, keys,
                        skip=tuple(tables) if not table else ())
     if not PROFILE_NAME.fullmatch(data["name"]):
         raise UserInputError(f"{path}: name = {data['name']!r} must be a short name of letters, digits, '.', '_', "

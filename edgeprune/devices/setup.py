@@ -22,8 +22,8 @@ from typing import Any
 
 from edgeprune.cache import read_entry, record_file, record_path
 from edgeprune.devices.native_tools import build_on_board
-from edgeprune.devices.profile import EXECUTOR_RUNNER, DeviceProfile, Endpoint
-from edgeprune.devices.transports import Transport, open_transport
+from edgeprune.devices.profile import EXECUTOR_RUNNER, DeviceProfile
+from edgeprune.devices.transports import Endpoint, Transport, open_transport
 from edgeprune.errors import EdgepruneError, UserInputError
 from edgeprune.runtimes import RUNTIMES, BoardPackages
 
@@ -160,19 +160,13 @@ def environment_record() -> Path:
     return config / "edgeprune" / "environments.json"
 
 
-def endpoint_key(endpoint: Endpoint) -> str:
-    if endpoint.kind == "ssh":
-        return f"ssh:{endpoint.user}@{endpoint.host}:{endpoint.port}"
-    return f"{endpoint.kind}:{endpoint.serial or ''}"
-
-
 def recorded_python(endpoint: Endpoint) -> str | None:
     """The python of the environment `devices setup` made on this board, if it made one."""
     try:
         records = json.loads(environment_record().read_text())
     except (OSError, ValueError):
         return None
-    entry = records.get(endpoint_key(endpoint)) if isinstance(records, dict) else None
+    entry = records.get(endpoint.record_key) if isinstance(records, dict) else None
     return entry.get("python") if isinstance(entry, dict) else None
 
 
@@ -182,7 +176,7 @@ def device_python(profile: DeviceProfile, endpoint: Endpoint | None = None) -> s
     endpoint = endpoint or profile.endpoint
     if profile.python and profile.python != "python3":
         return profile.python
-    if endpoint.kind == "local":
+    if endpoint.on_this_machine:
         return profile.python
     if profile.env:
         return f"{profile.env}/bin/python"
@@ -196,7 +190,7 @@ def record_environment(endpoint: Endpoint, report: SetupReport) -> None:
         records = records if isinstance(records, dict) else {}
     except (OSError, ValueError):
         records = {}
-    records[endpoint_key(endpoint)] = {"device": report.device, "env": report.env, "python": report.env_python,
+    records[endpoint.record_key] = {"device": report.device, "env": report.env, "python": report.env_python,
                                        "versions": report.wanted, "emulated": report.emulated}
     path.parent.mkdir(parents=True, exist_ok=True)
     temporary = path.with_suffix(".tmp")
@@ -279,9 +273,9 @@ def setup_device(profile: DeviceProfile, endpoint: Endpoint | None = None, offli
     from edgeprune.tasks.base import default_cache_dir
 
     endpoint = endpoint or profile.endpoint
-    if endpoint.kind == "local":
-        raise UserInputError(f"device {profile.name} is this machine (connection kind = 'local'); setup is for "
-                             "boards: pass --ssh USER@HOST")
+    if endpoint.on_this_machine:
+        raise UserInputError(f"device {profile.name} is this machine (connection kind = {endpoint.kind!r}); setup is "
+                             "for boards: pass --ssh USER@HOST")
     runtimes = install_runtimes(profile)
     packages = package_sets(profile, runtimes)
     wanted = wanted_versions(packages)

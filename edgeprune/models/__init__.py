@@ -1,22 +1,17 @@
-"""Architecture adapters: one per family, found by `adapter_for(model)`."""
+"""Architecture adapters: one per family, found by `adapter_for(model)`. Each family's module registers its
+adapter in ADAPTERS (edgeprune/models/bert.py, ...), loaded through the `edgeprune.families` entry points."""
 
 from torch import nn
 
 from edgeprune.errors import UserInputError
-from edgeprune.models.base import AttentionBlock, FeedForward, FeedForwardLayout, ModelAdapter, NoFeedForwardError
-from edgeprune.models.bert import BertAdapter
-from edgeprune.models.distilbert import DistilBertAdapter
-from edgeprune.models.llama import LlamaAdapter
-from edgeprune.models.mha import MultiheadAttentionAdapter
-from edgeprune.models.vit import ViTAdapter
-from edgeprune.registry import Registry
-
-ADAPTERS: Registry[type[ModelAdapter]] = Registry("model family")
-ADAPTERS.register("bert")(BertAdapter)
-ADAPTERS.register("distilbert")(DistilBertAdapter)
-ADAPTERS.register("mha")(MultiheadAttentionAdapter)
-ADAPTERS.register("vit")(ViTAdapter)
-ADAPTERS.register("llama")(LlamaAdapter)
+from edgeprune.models.base import (
+    ADAPTERS,
+    AttentionBlock,
+    FeedForward,
+    FeedForwardLayout,
+    ModelAdapter,
+    NoFeedForwardError,
+)
 
 
 def adapter_for(model: nn.Module) -> ModelAdapter:
@@ -26,8 +21,8 @@ def adapter_for(model: nn.Module) -> ModelAdapter:
             return adapter_cls()
     raise UserInputError(
         f"{type(model).__name__} is not a supported architecture; supported families: "
-        f"{', '.join(ADAPTERS.names())}. Add one by subclassing edgeprune.models.ModelAdapter "
-        "and registering it in edgeprune.models.ADAPTERS"
+        f"{', '.join(ADAPTERS.names())}. Add one by subclassing edgeprune.models.ModelAdapter in a module that "
+        "registers it in edgeprune.models.ADAPTERS, named in your package's `edgeprune.families` entry points"
     )
 
 

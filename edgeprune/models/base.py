@@ -14,6 +14,8 @@ import torch
 from torch import nn
 
 from edgeprune.errors import UserInputError
+from edgeprune.models.hub import FAMILIES
+from edgeprune.registry import Registry
 
 # config attribute recording, per layer, which of the dense model's heads remain (saved in config.json)
 KEPT_HEADS_CONFIG_KEY = "edgeprune_kept_heads"
@@ -123,6 +125,11 @@ class ModelAdapter(ABC):
     """Knows one architecture family: where its heads are and how to cut them out for real."""
 
     family: str = ""
+    # where the remote code a saved folder carries (models/remote_code/modeling_edgeprune.py, which cannot import
+    # edgeprune) finds this family's parts: the keyword arguments of its LayerLayout, written into the file by
+    # edgeprune.save; None: the family's pruned folders load through edgeprune only
+    remote_layout: dict | None = None
+    separate_kv_heads: bool = False  # layers keep key/value heads apart from query heads (grouped-query attention)
     ffn_width_config: str | None = "intermediate_size"  # config attribute holding the FFN width (None: no config)
 
     @classmethod
@@ -227,10 +234,11 @@ class ModelAdapter(ABC):
 
 
 def find_config(model: nn.Module) -> object | None:
-    """The transformers config of `model` (the first module holding one with a head count)."""
+    """The transformers config of `model`: the first module holding one (a `model_type` says so; the head count's
+    name is the family's own: `num_attention_heads` in BERT, another in a plugin's architecture)."""
     for module in model.modules():
         config = getattr(module, "config", None)
-        if config is not None and hasattr(config, "num_attention_heads"):
+        if config is not None and hasattr(config, "model_type"):
             return config
     return None
 
@@ -351,3 +359,8 @@ def hooks_removed_after(handles: list) -> Iterator[None]:
     finally:
         for handle in handles:
             handle.remove()
+
+
+# one registry per family of parts (edgeprune/registry.py): each family's module registers its adapter as it is
+# imported, named in the `edgeprune.families` entry-point group (edgeprune.plugins), edgeprune's own as a third party's
+ADAPTERS: Registry[type[ModelAdapter]] = Registry("model family", plugins=FAMILIES)

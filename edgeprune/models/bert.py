@@ -5,12 +5,17 @@ projections run as they are once `num_attention_heads` and `all_head_size` are u
 
 from torch import nn
 
-from edgeprune.models.base import FeedForwardLayout
+from edgeprune.models.base import ADAPTERS, FeedForwardLayout
 from edgeprune.models.separate_projections import ProjectionLayout, SeparateProjectionsAdapter
 
 
+@ADAPTERS.register("bert")
 class BertAdapter(SeparateProjectionsAdapter):
     family = "bert"
+    remote_layout = dict(attention="attention.self", query="attention.self.query", key="attention.self.key",
+                         value="attention.self.value", output="attention.output.dense",
+                         head_size="attention_head_size", head_count=("num_attention_heads",),
+                         head_width=("all_head_size",), ffn_inputs=("intermediate.dense",), ffn_output="output.dense")
     layout = ProjectionLayout(
         attention="attention.self", query="attention.self.query", key="attention.self.key",
         value="attention.self.value", output="attention.output.dense",

@@ -7,12 +7,16 @@ the block maps to and from. The FFN is `ffn.lin1`, `ffn.activation`, `ffn.lin2`;
 
 from torch import nn
 
-from edgeprune.models.base import FeedForwardLayout
+from edgeprune.models.base import ADAPTERS, FeedForwardLayout
 from edgeprune.models.separate_projections import ProjectionLayout, SeparateProjectionsAdapter
 
 
+@ADAPTERS.register("distilbert")
 class DistilBertAdapter(SeparateProjectionsAdapter):
     family = "distilbert"
+    remote_layout = dict(attention="attention", query="attention.q_lin", key="attention.k_lin", value="attention.v_lin",
+                         output="attention.out_lin", head_size="attention_head_size", head_count=("n_heads",),
+                         ffn_inputs=("ffn.lin1",), ffn_output="ffn.lin2")
     layout = ProjectionLayout(
         attention="attention", query="attention.q_lin", key="attention.k_lin", value="attention.v_lin",
         output="attention.out_lin", heads_attr="n_heads", size_attr="attention_head_size",

@@ -24,8 +24,6 @@ from edgeprune.models.base import NoFeedForwardError
 
 REMOTE_CODE_NAME = "modeling_edgeprune.py"
 TEMPLATE = Path(__file__).with_name("remote_code") / REMOTE_CODE_NAME
-# the families whose layouts the template knows (edgeprune adapter family names)
-REMOTE_CODE_FAMILIES = ("bert", "distilbert", "vit", "llama")
 # config keys edgeprune.save adds to config.json for the remote code (the template's PER_LAYER_KEYS and options)
 REMOTE_CODE_CONFIG_KEYS = ("edgeprune_heads_per_layer", "edgeprune_kv_heads_per_layer", "edgeprune_ffn_widths",
                            "edgeprune_attention_output_bias", "edgeprune_ffn_output_bias",
@@ -89,7 +87,7 @@ def layer_record(model: nn.Module, options: dict[str, bool]) -> dict[str, Any]:
         ffn = None
     return {
         "edgeprune_heads_per_layer": [b.num_heads for b in blocks],
-        "edgeprune_kv_heads_per_layer": [b.num_kv_heads for b in blocks] if adapter.family == "llama" else None,
+        "edgeprune_kv_heads_per_layer": [b.num_kv_heads for b in blocks] if adapter.separate_kv_heads else None,
         "edgeprune_ffn_widths": None if ffn is None else [f.width for f in ffn],
         "edgeprune_attention_output_bias": [adapter.output_projection(model, b.layer).bias is not None
                                             for b in blocks],
@@ -113,11 +111,13 @@ def auto_classes(model_type: str, class_name: str) -> dict[str, str]:
     return names
 
 
-def remote_code(config_base: str, classes: dict[str, str], family: str) -> str:
-    """The text of modeling_edgeprune.py: the template, then this folder's config class and model classes."""
+def remote_code(config_base: str, classes: dict[str, str], family: str, layout: dict[str, Any]) -> str:
+    """The text of modeling_edgeprune.py: the template, the family's layout (its adapter's `remote_layout`), then
+    this folder's config class and model classes."""
     models = sorted(set(classes.values()))
     config_name = f"EdgePruned{config_base}"
     text = TEMPLATE.read_text(encoding="utf-8").rstrip("\n") + "\n\n"
+    text += f"\nLAYOUTS[{family!r}] = LayerLayout(**{layout!r})\n"
     text += "\n# The classes of this folder, written by edgeprune.save.\n"
     text += f"from transformers import {', '.join(sorted({config_base, *models}))}  # noqa: E402\n"
     text += _CONFIG_CLASS.format(name=config_name, base=config_base)
@@ -131,7 +131,7 @@ def add_remote_code(model: nn.Module, directory: Path, options: dict[str, bool])
     `trust_remote_code=True`; returns its `auto_map` ({} where the family or class has no remote code). `options`:
     the constructor flags its weights need, which the remote classes then default to."""
     try:
-        family = adapter_for(model).family
+        adapter = adapter_for(model)
     except UserInputError:
         return {}
     import transformers
@@ -142,7 +142,7 @@ def add_remote_code(model: nn.Module, directory: Path, options: dict[str, bool])
     classes = auto_classes(str(config.get("model_type", "")), cls.__name__)
     config_base = stock_class(type(getattr(model, "config", None))).__name__
     importable = all(hasattr(transformers, name) for name in (config_base, *classes.values()))
-    if family not in REMOTE_CODE_FAMILIES or not classes or not importable:
+    if adapter.remote_layout is None or not classes or not importable:
         return {}
     module = REMOTE_CODE_NAME.removesuffix(".py")
     auto_map = {"AutoConfig": f"{module}.EdgePruned{config_base}",
@@ -150,7 +150,8 @@ def add_remote_code(model: nn.Module, directory: Path, options: dict[str, bool])
     config.update(layer_record(model, options))
     config["auto_map"] = auto_map
     config["architectures"] = [cls.__name__]  # the stock class: edgeprune.load builds it, then cuts it
-    (directory / REMOTE_CODE_NAME).write_text(remote_code(config_base, classes, family), encoding="utf-8")
+    code = remote_code(config_base, classes, adapter.family, adapter.remote_layout)
+    (directory / REMOTE_CODE_NAME).write_text(code, encoding="utf-8")
     config_file.write_text(json.dumps(config, indent=2, sort_keys=True) + "\n", encoding="utf-8")
     return auto_map
 

@@ -43,7 +43,7 @@ from edgeprune.models.interop import (
     stock_class,
     strip_remote_code,
 )
-from edgeprune.models.structure import Structure, apply_structure, structure_of
+from edgeprune.models.structure import Structure, restore_structure, structure_of
 from edgeprune.serialization import write_text_atomic
 
 MANIFEST_NAME = "edgeprune.json"
@@ -115,9 +115,8 @@ def load(directory: str | Path, dtype: torch.dtype = torch.float32, *, model: nn
     `model`: a fresh, unpruned instance of the saved architecture, cut to the saved structure before the
     weights load into it (required for plain nn.Modules; optional otherwise). `dtype` applies to the
     modules `load` builds itself."""
-    directory = Path(directory)
-    if not directory.is_dir():
-        directory = model_folder(directory, "pass a folder written by edgeprune.save, or a Hugging Face model id")
+    # a folder as it is, else a cached Hugging Face id; either way after the model families' plugins are loaded
+    directory = model_folder(directory, "pass a folder written by edgeprune.save, or a Hugging Face model id")
     manifest = _read_manifest(directory)
     record = manifest.get("structure")
     structure = None if record is None else Structure.from_dict(record, str(directory / MANIFEST_NAME))
@@ -130,7 +129,7 @@ def load(directory: str | Path, dtype: torch.dtype = torch.float32, *, model: nn
         raise UserInputError(f"{directory} holds a {manifest['class']} (a plain nn.Module); build a fresh, unpruned "
                              f"one and pass it: edgeprune.load({str(directory)!r}, model=...)")
     if structure is not None:
-        apply_structure(model, structure, str(directory))
+        restore_structure(model, structure, str(directory))
     load_weights(model, read_weights(directory), str(directory))
     return model.eval()
 
@@ -263,6 +262,19 @@ def _read_config(directory: Path) -> Any:
         raise UserInputError(f"{path}: not a config transformers can read ({_one_line(error)})") from None
 
 
+def architecture_class(config: Any, name: str) -> type | None:
+    """The model class config.json names: transformers', else the one beside the config's own class (a model family's
+    plugin that registered its architecture with transformers' Auto classes defines both in its module)."""
+    import sys
+
+    import transformers
+
+    found = getattr(transformers, name, None)
+    if found is None:
+        found = getattr(sys.modules.get(type(config).__module__), name, None)
+    return found if isinstance(found, type) else None
+
+
 def construction_options(model_cls: type, keys: set[str]) -> dict[str, bool]:
     """Constructor flags of `model_cls` that add weights (`add_pooling_layer`, `use_mask_token`), set the way the
     saved `keys` show they were."""
@@ -273,14 +285,13 @@ def construction_options(model_cls: type, keys: set[str]) -> dict[str, bool]:
 
 def _load_transformers(directory: Path, dtype: torch.dtype, structure: Structure | None,
                        model: nn.Module | None) -> nn.Module:
-    import transformers
     from transformers import PreTrainedModel
 
     config = _read_config(directory)
     architectures = getattr(config, "architectures", None) or []
     state = read_weights(directory)
     if model is None:
-        model_cls = getattr(transformers, architectures[0], None) if architectures else None
+        model_cls = architecture_class(config, architectures[0]) if architectures else None
         if model_cls is None:
             raise UserInputError(f"{directory}/config.json names no known architecture ({architectures})")
         dense_config = _dense_config(config, structure)
@@ -293,7 +304,7 @@ def _load_transformers(directory: Path, dtype: torch.dtype, structure: Structure
     else:
         _check_config_agrees(config, structure, directory)
     if structure is not None:
-        apply_structure(model, structure, str(directory))
+        restore_structure(model, structure, str(directory))
     tied = getattr(model, "all_tied_weights_keys", None)
     if tied is None:
         tied = getattr(model, "_tied_weights_keys", None) or []

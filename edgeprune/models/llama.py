@@ -18,6 +18,7 @@ import torch
 from torch import nn
 
 from edgeprune.models.base import (
+    ADAPTERS,
     AttentionBlock,
     AttentionProbsFn,
     FeedForward,
@@ -118,8 +119,15 @@ def round_to_gqa(scores: Sequence[float], num_kv_heads: int, remove: int,
     return min(candidates, key=lambda c: (abs(len(c) - remove), len(c), sum(scores[h] for h in c)))
 
 
+@ADAPTERS.register("llama")
 class LlamaAdapter(ModelAdapter):
     family = "llama"
+    remote_layout = dict(attention="self_attn", query="self_attn.q_proj", key="self_attn.k_proj",
+                         value="self_attn.v_proj", output="self_attn.o_proj", head_size="head_dim",
+                         head_count=("num_heads", "num_attention_heads"), kv_head_count=("num_key_value_heads",),
+                         ffn_inputs=("mlp.gate_proj", "mlp.up_proj"), ffn_output="mlp.down_proj", ffn_owner="mlp",
+                         ffn_width=("intermediate_size",))
+    separate_kv_heads = True
 
     @classmethod
     def matches(cls, model: nn.Module) -> bool:

@@ -22,6 +22,7 @@ from torch.utils.hooks import RemovableHandle
 
 from edgeprune.errors import UserInputError
 from edgeprune.models.base import (
+    ADAPTERS,
     AttentionBlock,
     AttentionProbsFn,
     FeedForward,
@@ -170,6 +171,7 @@ def _is_transformers_model(model: nn.Module) -> bool:
     return transformers is not None and isinstance(model, transformers.PreTrainedModel)
 
 
+@ADAPTERS.register("mha")
 class MultiheadAttentionAdapter(ModelAdapter):
     """The layers are the attention modules in module order; the dense-head record lives on each module."""
 

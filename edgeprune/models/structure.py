@@ -3,7 +3,7 @@
 `structure_of(model)` reads, through the model's adapter, which dense heads each layer keeps, which layers
 of each stack remain, each layer's FFN width (now and in the dense model) and which projections gained a bias
 (bias compensation).
-`apply_structure(model, structure)` cuts a freshly built, unpruned model of the same architecture to that
+`restore_structure(model, structure)` cuts a freshly built, unpruned model of the same architecture to that
 shape, so the pruned weights then load strictly. `edgeprune.save` writes the record, `edgeprune.load`
 applies it; it does not depend on transformers, so plain `nn.Module`s (nn.MultiheadAttention) round-trip too.
 """
@@ -89,7 +89,7 @@ def structure_of(model: nn.Module) -> Structure:
     )
 
 
-def apply_structure(model: nn.Module, structure: Structure, source: str = "the saved model") -> nn.Module:
+def restore_structure(model: nn.Module, structure: Structure, source: str = "the saved model") -> nn.Module:
     """Cut `model` (freshly built, unpruned) in place to `structure`; returns it. Its weights are not meaningful
     afterwards (the saved ones load next). A module that cannot take the shape is a one-line UserInputError."""
     from edgeprune.pruning import PruningPlan, apply_plan

@@ -7,14 +7,18 @@ transformers 5 flattened ViT's attention and MLP; the 4.x layout (`attention.att
 
 from torch import nn
 
-from edgeprune.models.base import FeedForwardLayout
+from edgeprune.models.base import ADAPTERS, FeedForwardLayout
 from edgeprune.models.separate_projections import ProjectionLayout, SeparateProjectionsAdapter
 
 _PROJECTIONS = ("q_proj", "k_proj", "v_proj", "o_proj")
 
 
+@ADAPTERS.register("vit")
 class ViTAdapter(SeparateProjectionsAdapter):
     family = "vit"
+    remote_layout = dict(attention="attention", query="attention.q_proj", key="attention.k_proj",
+                         value="attention.v_proj", output="attention.o_proj", head_size="head_dim",
+                         head_count=("num_attention_heads",), ffn_inputs=("mlp.fc1",), ffn_output="mlp.fc2")
     layout = ProjectionLayout(
         attention="attention", query="attention.q_proj", key="attention.k_proj", value="attention.v_proj",
         output="attention.o_proj", heads_attr="num_attention_heads", size_attr="head_dim",

@@ -2,7 +2,7 @@
 artifact must meet against its PyTorch source."""
 
 import copy
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Literal
 
@@ -14,7 +14,7 @@ from edgeprune.quantize.int4_embedding import Int4Embedding
 from edgeprune.quantize.int8_embedding import Int8Embedding
 from edgeprune.quantize.static_int8 import Inputs, check_calibration, quantize_static
 from edgeprune.registry import Registry
-from edgeprune.runtimes import RUNTIMES
+from edgeprune.runtimes import RUNTIMES, EachRuntime
 
 WeightFormat = Literal["fp32", "fp16", "int8", "int4"]
 Runtime = Literal["executorch", "litert"]
@@ -90,7 +90,8 @@ def _replace_embeddings(model: nn.Module, kind: type[Int8Embedding] | type[Int4E
                 setattr(parent, name, kind.from_embedding(child))
 
 
-RECIPES: Registry[Recipe] = Registry("quantization recipe")
+# a runtime's module (the `edgeprune.runtimes` entry points) may register recipes of its own beside its descriptor
+RECIPES: Registry[Recipe] = Registry("quantization recipe", plugins="edgeprune.runtimes")
 for _recipe in (
     Recipe("fp32", "executorch", "fp32", "fp32", 0.99999, "no quantization"),
     Recipe("int8-linear", "executorch", "int8", "fp32", 0.999,
@@ -137,8 +138,8 @@ UNVERIFIED_RECIPES: dict[str, Recipe] = {}  # recipes measured by benchmarks but
 
 # each runtime's dense baseline, and the recipes the fit loop tries (highest fidelity first, smallest last): what
 # its descriptor says (edgeprune/runtimes)
-FP32_RECIPE = {name: RUNTIMES.get(name).fp32_recipe for name in RUNTIMES}
-FIT_LADDERS: dict[str, tuple[str, ...]] = {name: RUNTIMES.get(name).fit_ladder for name in RUNTIMES}
+FP32_RECIPE: Mapping[str, str] = EachRuntime("fp32_recipe")
+FIT_LADDERS: Mapping[str, tuple[str, ...]] = EachRuntime("fit_ladder")
 
 
 BITS_RANK = {"fp32": 0, "fp16": 1, "int8": 2, "int4": 3}  # higher: fewer bits, less faithful

@@ -4,9 +4,11 @@ how its version is probed and how an app runs its artifact. The heavy part (lowe
 `edgeprune.export.base.DeviceRuntime`) is named here and imported on first use, so that the descriptors stay
 free of torch: the CLI's light verbs and device profiles read them without it.
 
-A new runtime is one descriptor registered in RUNTIMES (as edgeprune/runtimes/executorch.py does) and its
-DeviceRuntime implementation."""
+A new runtime is one module that registers its descriptor in RUNTIMES (as edgeprune/runtimes/executorch.py does),
+named in the `edgeprune.runtimes` entry-point group of its package (edgeprune.plugins), and its DeviceRuntime
+implementation."""
 
+from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
 from functools import cached_property
 from importlib import import_module
@@ -59,6 +61,9 @@ class RuntimeSpec:
     probe_distributions: tuple[str, ...]  # the distributions whose version says it is installed, first found wins
     usage_imports: tuple[str, ...]  # the lines of the app snippet (USAGE.md) that import it
     usage_run: tuple[str, ...]  # the lines that run `spec["artifact"]` on `arrays` and set `first`
+    # a module the benchmark pushes beside the device's runner.py, whose `runner(artifact, inputs, threads)` times
+    # its files there (a generator: runtime ready, then a zero-argument run); "" when runner.py has one (built-ins)
+    device_runner: str = ""
 
     @property
     def packages(self) -> dict[str, str]:
@@ -81,9 +86,29 @@ class RuntimeSpec:
         return len(head) >= 8 and head[4:8] == self.identifier
 
 
-RUNTIMES: Registry[RuntimeSpec] = Registry("runtime")
+RUNTIMES: Registry[RuntimeSpec] = Registry("runtime", plugins="edgeprune.runtimes")
 
 
 def runtime_for_suffix(suffix: str) -> str | None:
     """The runtime whose artifacts end in `suffix` (".pte"), or None."""
     return next((name for name in RUNTIMES if RUNTIMES.get(name).suffix == suffix), None)
+
+
+class EachRuntime(Mapping):
+    """One attribute of every registered runtime's descriptor, by runtime name, read when asked: a module-level table
+    built at import would read RUNTIMES while a runtime's plugin module may still be importing the very module that
+    builds it."""
+
+    def __init__(self, attribute: str) -> None:
+        self.attribute = attribute
+
+    def __getitem__(self, name: str) -> Any:
+        if name not in RUNTIMES:
+            raise KeyError(name)
+        return getattr(RUNTIMES.get(name), self.attribute)
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(RUNTIMES)
+
+    def __len__(self) -> int:
+        return len(RUNTIMES.names())

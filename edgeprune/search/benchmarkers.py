@@ -18,9 +18,9 @@ import torch
 
 from edgeprune.bench.benchmark import BenchmarkResult, benchmark_on
 from edgeprune.devices import DeviceProfile, load_profile
-from edgeprune.devices.profile import Endpoint
 from edgeprune.devices.transports import open_transport
 from edgeprune.devices.transports.base import Transport
+from edgeprune.devices.transports.local import LocalEndpoint
 from edgeprune.search.estimate import HostEstimator
 from edgeprune.search.options import FitOptions
 from edgeprune.tasks.base import Quality
@@ -105,7 +105,7 @@ def benchmarker_for(profile: DeviceProfile, options: FitOptions, link: Transport
 
 def this_machine(options: FitOptions, profile: DeviceProfile | None = None) -> DeviceBenchmarker:
     """Benchmarks on this machine, in this Python, for `profile` (default: the host profile)."""
-    return DeviceBenchmarker(open_transport(Endpoint(), sys.executable), profile or load_profile("host"), options)
+    return DeviceBenchmarker(open_transport(LocalEndpoint(), sys.executable), profile or load_profile("host"), options)
 
 
 @dataclass

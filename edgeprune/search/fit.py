@@ -199,7 +199,7 @@ def fit_task(
 
         shipped = ship_files(task, work, fitted, vocabulary if fitted.vocabulary_size is not None else None,
                              baseline=dense)  # the dense baseline moves to baseline/; dense.path says so
-        if profile.endpoint.kind == "local":
+        if profile.endpoint.on_this_machine:
             shipped += benchmark_generator(work, fitted.path, profile.threads, progress)
         fits = not binding
         message = summary(fits, fitted, budget, binding, suggestions, estimated=estimator is not None,
@@ -271,7 +271,7 @@ def _estimator_if_unreachable(profile: DeviceProfile, options: FitOptions, progr
     DeviceUnreachableError when `require_device`). The local machine is always reachable."""
     if pool is not None:
         reason = pool.ping(profile.name)
-    elif profile.endpoint.kind == "local":
+    elif profile.endpoint.on_this_machine:
         return None
     else:
         reason = _unreachable(profile)

@@ -1,6 +1,5 @@
 """The best-first search over the space of candidates: which candidate to build next, and when to stop."""
 
-import copy
 import dataclasses
 import time
 from collections.abc import Callable
@@ -16,7 +15,6 @@ from edgeprune.search.options import FitOptions
 from edgeprune.search.recovering import signed_value as signed
 from edgeprune.search.result import BuiltArtifact, Trial
 from edgeprune.search.space import Line, Shape, lines
-from edgeprune.serialization import from_jsonable, to_jsonable
 from edgeprune.tasks.base import Quality
 
 
@@ -99,8 +97,9 @@ class BestFirstSearcher:
     the latency model); the search ends when no frontier's bound beats the best candidate meeting every budget.
 
     The interface is ask-and-tell, in the spirit of ModelOpt's searchers: `propose()` names the next candidate
-    (None when nothing left can win), `tell()` / `reject()` report what building it gave; `state_dict()` is
-    every told result in order, and `load_state_dict()` replays them into a fresh searcher over the same space.
+    (None when nothing left can win), `tell()` / `reject()` report what building it gave. It keeps no checkpoint of
+    its own: a resumed fit runs a fresh searcher over the same space, whose builder hands back the journaled
+    candidates (edgeprune.search.journal, the one owner of resume) instead of building them again.
     `space` answers the cheap questions (sizes, latency predictions, PyTorch estimates, head counts) and builds
     what is chosen (`SearchSpace`).
     """
@@ -120,7 +119,6 @@ class BestFirstSearcher:
         self.incumbent: BuiltArtifact | None = None
         self.trials: list[Trial] = []
         self.rejected: set[str] = set()
-        self.told: list[dict] = []  # what state_dict returns
         self.done = False
         self.stopped_early: str | None = None  # why `stop` ended the search, with what it left unbuilt
         floor = budget.quality_floor(reference)
@@ -192,9 +190,6 @@ class BestFirstSearcher:
 
     def tell(self, proposal: Proposal, artifact: BuiltArtifact) -> None:
         """What building `proposal` gave (benchmarked or not, checked against the budget)."""
-        self.told.append({"recipe": proposal.recipe, "shape": to_jsonable(proposal.shape),
-                          "threshold": proposal.threshold, "closest": proposal.closest,
-                          "artifact": to_jsonable(artifact)})
         shape = proposal.shape
         self.built[(proposal.recipe, shape)] = artifact
         self.space.observe(proposal.recipe, shape, artifact)
@@ -224,7 +219,6 @@ class BestFirstSearcher:
 
     def reject(self, proposal: Proposal, error: VerificationError) -> None:
         """The recipe does not hold on this model (its artifact disagreed with PyTorch): drop it, keep searching."""
-        self.told.append({"recipe": proposal.recipe, "shape": to_jsonable(proposal.shape), "rejected": str(error)})
         self.progress.warn(f"{proposal.recipe} rejected: {error}")
         for other in self.lines:
             if other.recipe == proposal.recipe:
@@ -264,24 +258,6 @@ class BestFirstSearcher:
     def result(self) -> tuple[list[BuiltArtifact], list[Trial]]:
         """Every candidate built and every trial, the lines never built included."""
         return list(self.built.values()), self.trials
-
-    def state_dict(self) -> dict:
-        return {"format_version": 1, "told": copy.deepcopy(self.told)}
-
-    def load_state_dict(self, state: dict) -> None:
-        """Replay told results into this (fresh) searcher: it then proposes what the saved one would have."""
-        if state.get("format_version") != 1:
-            raise ValueError(f"unknown searcher state format {state.get('format_version')!r}")
-        for told in state["told"]:
-            proposal = self.propose()
-            shape = from_jsonable(Shape, told["shape"])
-            if proposal is None or (proposal.recipe, proposal.shape) != (told["recipe"], shape):
-                raise ValueError(f"the saved search told {told['recipe']} {shape.describe()}, but this search "
-                                 f"proposes {proposal}: not the same space, budget or estimates")
-            if "rejected" in told:
-                self.reject(proposal, VerificationError(told["rejected"]))
-            else:
-                self.tell(proposal, from_jsonable(BuiltArtifact, told["artifact"]))
 
     def _note_lines_not_built(self, skip: set[str] = frozenset()) -> None:
         """A trial for each line that never built a candidate, saying what stopped it (lines closed for a reason

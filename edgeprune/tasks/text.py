@@ -106,8 +106,14 @@ def load_model_folder(path: Path, auto_class: str, **kwargs: object) -> nn.Modul
         if hasattr(config, KEPT_HEADS_CONFIG_KEY):
             model = load(path)  # pruned by edgeprune: per-layer head counts
         else:
-            model = getattr(transformers, auto_class).from_pretrained(path, dtype=torch.float32, local_files_only=True,
-                                                                      attn_implementation="eager", **kwargs)
+            auto = getattr(transformers, auto_class)
+            options = dict(dtype=torch.float32, local_files_only=True, attn_implementation="eager")
+            try:
+                model = auto.from_pretrained(path, **options, **kwargs)
+            except TypeError as error:  # a family whose constructor lacks an option of BERT's (add_pooling_layer)
+                if not kwargs or "unexpected keyword argument" not in str(error):
+                    raise
+                model = auto.from_pretrained(path, **options)
     except UserInputError:
         raise
     except (OSError, ValueError, KeyError, RuntimeError, EOFError, pickle.UnpicklingError, SafetensorError) as error:

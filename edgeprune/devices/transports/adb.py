@@ -6,18 +6,23 @@ run in a process group of their own (`guarded_command`): a timeout or Ctrl-C kil
 which leaves them running on the phone, so a second `adb shell` ends the group there.
 """
 
+import dataclasses
 import re
 import shlex
 import subprocess
 import sys
 from collections.abc import Iterable, Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
 from edgeprune.devices.transports.base import (
+    MAX_PORT,
     CommandResult,
     DeviceTimeoutError,
+    Endpoint,
+    Flag,
     Transport,
+    bounds,
     guarded_command,
     register,
     stop_command,
@@ -97,8 +102,54 @@ def taskset_mask(policies: Iterable[CpuPolicy], threads: int) -> str:
     return f"{mask:x}"
 
 
+ADB_SERIAL = re.compile(r"[A-Za-z0-9_.:][A-Za-z0-9_.:@+-]{0,127}")  # used with fullmatch
+
+
+def check_adb_serial(serial: str, where: str) -> None:
+    if not ADB_SERIAL.fullmatch(serial):
+        raise UserInputError(f"{where}: {serial!r} is not an adb serial (letters, digits, '.', ':', '_', '-'; "
+                             "see `adb devices`)")
+
+
+@dataclass(frozen=True, kw_only=True)
+class AdbEndpoint(Endpoint):
+    """An Android device through the adb client and its server on this machine."""
+
+    kind: str = field(default="adb", init=False)
+    serial: str  # as `adb devices` lists it
+    adb_port: int = field(default=5037, metadata=bounds(positive=True, maximum=MAX_PORT))  # the adb server's
+    connect_timeout_s: float = field(default=10.0, metadata=bounds(positive=True, maximum=3600))
+
+    @property
+    def record_key(self) -> str:
+        return f"adb:{self.serial}"
+
+    def check(self, where: str) -> None:
+        check_adb_serial(self.serial, f"{where}.serial")
+
+
 @register("adb")
 class AdbTransport(Transport):
+    endpoint_type = AdbEndpoint
+    flags = (
+        Flag("--adb", "SERIAL", "reach the device over adb here (a serial from `adb devices`) instead of the "
+             "profile's connection", selects=True),
+        Flag("--adb-port", "PORT", "the adb server's port (default: the profile's, else 5037)", type=int),
+    )
+
+    @classmethod
+    def with_flags(cls, endpoint: Endpoint | None, given: dict) -> Endpoint:
+        port = given.get("adb_port")
+        if port is not None and not 0 < port <= MAX_PORT:
+            raise UserInputError(f"--adb-port {port}: expected a TCP port from 1 to 65535")
+        if given.get("adb") is not None:
+            check_adb_serial(given["adb"], "--adb")
+            kept = {"adb_port": endpoint.adb_port} if isinstance(endpoint, AdbEndpoint) else {}
+            endpoint = AdbEndpoint(serial=given["adb"], **kept)
+        if port is not None:
+            endpoint = dataclasses.replace(endpoint, adb_port=port)
+        return endpoint
+
     @property
     def label(self) -> str:
         return f"adb device {self.endpoint.serial}"

@@ -1,14 +1,27 @@
-"""The one interface every transport implements, and the registry by connection kind."""
+"""The one interface every transport implements, the endpoint each kind of connection is described by, and the
+registry by connection kind.
 
+A transport is a descriptor that owns everything about its kind of connection: its `Endpoint` subclass (whose
+fields are the profile's [connection] keys for that kind: types, defaults and bounds are the table's schema), the
+command-line flags that override a profile's connection (`Flag`, applied by `with_flags`), and pushing, running and
+fetching. A new kind is one module that registers its transport (see edgeprune.plugins) plus its test.
+"""
+
+import dataclasses
 import shlex
+import typing
 from abc import ABC, abstractmethod
 from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field
 from pathlib import Path
-from typing import NamedTuple
+from typing import Any, NamedTuple
 
-from edgeprune.devices.profile import Endpoint
-from edgeprune.errors import EdgepruneError
+from edgeprune.devices.schema import MAX_NUMBER, NUMBER, Key
+from edgeprune.errors import EdgepruneError, UserInputError
 from edgeprune.registry import Registry
+from edgeprune.serialization import json_codec
+
+MAX_PORT = 65535
 
 EXIT_DEVICE_TIMEOUT = 6
 
@@ -17,6 +30,97 @@ class DeviceTimeoutError(EdgepruneError):
     """A command on a device ran past its timeout and was stopped. The CLI prints one line and exits 6."""
 
     exit_code = EXIT_DEVICE_TIMEOUT
+
+
+def bounds(positive: bool = False, maximum: float = MAX_NUMBER, path: bool = False) -> dict[str, Any]:
+    """An endpoint field's metadata: a number's range, or a local path (`~` is expanded when a profile is read)."""
+    return {"positive": positive, "maximum": maximum, "path": path}
+
+
+@json_codec
+@dataclass(frozen=True, kw_only=True)
+class Endpoint:
+    """How to reach a device, as a profile's [connection] table says. Each transport module subclasses it with the
+    keys its kind takes as fields, and sets `kind` to its kind (the field a table and the JSON form start from)."""
+
+    kind: str = field(default="", init=False)
+
+    @property
+    def on_this_machine(self) -> bool:
+        """Whether commands run on the machine edgeprune runs on (no device to reach, nothing to set up)."""
+        return False
+
+    @property
+    def record_key(self) -> str:
+        """What names this device in the records `devices setup` keeps (the environment it made there)."""
+        return f"{self.kind}:"
+
+    def check(self, where: str) -> None:
+        """Refuse settings the type checks let through (a host ssh would read as an option, ...); `where` starts the
+        message ("pi5.toml: connection", "--ssh 'pi@x'")."""
+
+    def to_dict(self) -> dict[str, Any]:
+        return {f.name: getattr(self, f.name) for f in dataclasses.fields(self)}
+
+    @classmethod
+    def from_dict(cls, data: dict[str, Any]) -> "Endpoint":
+        """The endpoint its kind's transport describes, from `to_dict()` (or a profile's checked table)."""
+        settings = {k: v for k, v in data.items() if k != "kind"}
+        return TRANSPORTS.get(data.get("kind", "local")).endpoint_type(**settings)
+
+
+def endpoint_schema(endpoint_type: type[Endpoint]) -> dict[str, Key]:
+    """The [connection] keys an endpoint type takes, checked like every profile key: its fields' types (a float
+    field takes any number), whether they have a default, and their `bounds`."""
+    hints = typing.get_type_hints(endpoint_type)
+    schema = {}
+    for item in dataclasses.fields(endpoint_type):
+        if item.name == "kind":
+            continue
+        options = [a for a in typing.get_args(hints[item.name]) if a is not type(None)] or [hints[item.name]]
+        required = item.default is dataclasses.MISSING and item.default_factory is dataclasses.MISSING
+        schema[item.name] = Key(NUMBER if options[0] is float else options[0], required,
+                                positive=item.metadata.get("positive", False),
+                                maximum=item.metadata.get("maximum", MAX_NUMBER))
+    return schema
+
+
+def endpoint_from_settings(kind: str, settings: dict[str, Any], where: str) -> Endpoint:
+    """The endpoint of a checked [connection] table's settings: paths expanded, numbers as their fields' types,
+    then the kind's own checks."""
+    endpoint_type = TRANSPORTS.get(kind).endpoint_type
+    hints = typing.get_type_hints(endpoint_type)
+    options = {}
+    for item in dataclasses.fields(endpoint_type):
+        if item.init and item.name in settings:
+            value = settings[item.name]
+            if item.metadata.get("path"):
+                value = str(Path(value).expanduser())
+            elif float in typing.get_args(hints[item.name]) or hints[item.name] is float:
+                value = float(value)
+            options[item.name] = value
+    endpoint = endpoint_type(**options)
+    endpoint.check(where)
+    return endpoint
+
+
+@dataclass(frozen=True)
+class Flag:
+    """A command-line option that overrides part of a profile's connection (`bench`, `fit`, `devices check/setup`).
+
+    A `selects` flag switches the device to this kind of connection (`--ssh USER@HOST`); the others adjust an
+    endpoint of this kind and are refused for a device that connects another way."""
+
+    option: str  # "--ssh"
+    metavar: str
+    help: str
+    type: type = str  # str, int, Path or bool (a switch)
+    selects: bool = False
+
+    @property
+    def name(self) -> str:
+        """The keyword click gives its value under ("--adb-port" -> "adb_port")."""
+        return self.option.lstrip("-").replace("-", "_")
 
 
 class CommandResult(NamedTuple):
@@ -35,8 +139,16 @@ class Transport(ABC):
     """
 
     kind = ""
+    endpoint_type: type[Endpoint] = Endpoint
+    flags: tuple[Flag, ...] = ()  # what the command line may change about this kind's endpoints
 
     default_python = "python3"
+
+    @classmethod
+    def with_flags(cls, endpoint: Endpoint | None, given: dict[str, Any]) -> Endpoint:
+        """`endpoint` (the profile's, when it is of this kind, else None) with this kind's flags in `given` applied;
+        only called when a flag of this kind was given. Checks each value and raises UserInputError."""
+        raise UserInputError(f"{cls.kind} connections take no command-line flags")
 
     def __init__(self, endpoint: Endpoint, python: str | None = None) -> None:
         self.endpoint = endpoint
@@ -163,12 +275,17 @@ def _is_name(key: str) -> bool:
 
 
 # one registry per family of parts (edgeprune/registry.py); each transport module registers itself on import
-TRANSPORTS: Registry[type[Transport]] = Registry("connection kind")
+TRANSPORTS: Registry[type[Transport]] = Registry("connection kind", plugins="edgeprune.transports")
 
 
 def register(kind: str) -> Callable[[type[Transport]], type[Transport]]:
-    """Class decorator: the transport for connections of `kind` (profile `[connection] kind = ...`)."""
+    """Class decorator: the transport for connections of `kind` (profile `[connection] kind = ...`); its
+    `endpoint_type` must say the same kind."""
     def add(cls: type[Transport]) -> type[Transport]:
+        declared = next(f.default for f in dataclasses.fields(cls.endpoint_type) if f.name == "kind")
+        if declared != kind:
+            raise ValueError(f"transport {kind!r}: its endpoint_type {cls.endpoint_type.__name__} has kind "
+                             f"{declared!r}")
         cls.kind = kind
         return TRANSPORTS.register(kind)(cls)
 

@@ -8,9 +8,10 @@ import subprocess
 import sys
 import tempfile
 from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
 from pathlib import Path
 
-from edgeprune.devices.transports.base import CommandResult, DeviceTimeoutError, Transport, register
+from edgeprune.devices.transports.base import CommandResult, DeviceTimeoutError, Endpoint, Transport, register
 from edgeprune.devices.transports.workdirs import OWNER_FILE, orphaned, owner_record
 from edgeprune.errors import EdgepruneError
 
@@ -34,9 +35,22 @@ def remove_orphaned_workdirs(folder: Path) -> list[Path]:
     return removed
 
 
+@dataclass(frozen=True, kw_only=True)
+class LocalEndpoint(Endpoint):
+    """This machine: nothing to say about how to reach it."""
+
+    kind: str = field(default="local", init=False)
+
+    @property
+    def on_this_machine(self) -> bool:
+        return True
+
+
 @register("local")
 class LocalTransport(Transport):
     """Files go to a temporary folder (large artifacts are linked, not copied); commands are subprocesses."""
+
+    endpoint_type = LocalEndpoint
 
     default_python = sys.executable
 

@@ -7,19 +7,25 @@ Commands run in a process group of their own (`guarded_command`): killing the lo
 Ctrl-C would leave them running on the board, so a second short connection ends the group there.
 """
 
+import dataclasses
 import os
 import re
 import shlex
 import subprocess
 import sys
 from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import BinaryIO
 
 from edgeprune.devices.transports.base import (
+    MAX_PORT,
     CommandResult,
     DeviceTimeoutError,
+    Endpoint,
+    Flag,
     Transport,
+    bounds,
     guarded_command,
     register,
     shell_command,
@@ -33,6 +39,43 @@ DROPPED = ("connection refused", "connection closed", "connection reset", "close
            "broken pipe", "timed out", "timeout, server", "no route to host", "network is unreachable",
            "kex_exchange_identification", "client_loop", "lost connection", "could not resolve hostname",
            "temporary failure in name resolution")
+
+
+# what ssh accepts as a user and a host, and nothing a shell or the ssh client would read as more (';', '-o...')
+SSH_USER = re.compile(r"[A-Za-z0-9_][A-Za-z0-9._+-]{0,63}")  # all used with fullmatch
+HOST_NAME = re.compile(r"(?=.{1,253}\Z)[A-Za-z0-9_](?:[A-Za-z0-9._-]*[A-Za-z0-9_])?")
+IPV6_ADDRESS = re.compile(r"[0-9A-Fa-f:.]*:[0-9A-Fa-f:.]*(?:%[A-Za-z0-9_.-]+)?")
+
+
+def check_ssh_target(user: str, host: str, where: str) -> None:
+    """Refuse an ssh user or host that ssh would reject or read as an option or shell syntax."""
+    if not SSH_USER.fullmatch(user):
+        raise UserInputError(f"{where}: user {user!r} is not an ssh user name (letters, digits, '.', '_', '-', '+'; "
+                             "not starting with '-')")
+    if not (HOST_NAME.fullmatch(host) or IPV6_ADDRESS.fullmatch(host)):
+        raise UserInputError(f"{where}: host {host!r} is not a host name or IP address (letters, digits, '.', '-', "
+                             "'_'; IPv6 in brackets: user@[::1]:22)")
+
+
+@dataclass(frozen=True, kw_only=True)
+class SshEndpoint(Endpoint):
+    """A Linux board over ssh: the user's ssh config, agent and keys apply."""
+
+    kind: str = field(default="ssh", init=False)
+    host: str
+    user: str
+    port: int = field(default=22, metadata=bounds(positive=True, maximum=MAX_PORT))
+    key: str | None = field(default=None, metadata=bounds(path=True))  # identity file; None: the config's and agent's
+    known_hosts: str | None = field(default=None, metadata=bounds(path=True))  # None: the ssh config's
+    trust_on_first_use: bool = False
+    connect_timeout_s: float = field(default=10.0, metadata=bounds(positive=True, maximum=3600))
+
+    @property
+    def record_key(self) -> str:
+        return f"ssh:{self.user}@{self.host}:{self.port}"
+
+    def check(self, where: str) -> None:
+        check_ssh_target(self.user, self.host, where)
 
 
 def parse_target(text: str) -> tuple[str, str, int]:
@@ -51,6 +94,32 @@ def parse_target(text: str) -> tuple[str, str, int]:
 
 @register("ssh")
 class SshTransport(Transport):
+    endpoint_type = SshEndpoint
+    flags = (
+        Flag("--ssh", "USER@HOST[:PORT]", "reach the device over ssh here instead of the profile's connection",
+             selects=True),
+        Flag("--identity", "PATH", "ssh private key (default: your ssh config and agent)", type=Path),
+        Flag("--trust-on-first-use", "", "accept and record an unknown ssh host key (a changed key is still refused)",
+             type=bool),
+    )
+
+    @classmethod
+    def with_flags(cls, endpoint: Endpoint | None, given: dict) -> Endpoint:
+        if given.get("ssh") is not None:
+            user, host, port = parse_target(given["ssh"])
+            check_ssh_target(user, host, f"--ssh {given['ssh']!r}")
+            kept = dataclasses.asdict(endpoint) if isinstance(endpoint, SshEndpoint) else {}
+            kept.pop("kind", None)
+            endpoint = SshEndpoint(**{**kept, "user": user, "host": host, "port": port})
+        identity = given.get("identity")
+        if identity:
+            if not identity.expanduser().is_file():
+                raise UserInputError(f"--identity {identity} does not exist")
+            endpoint = dataclasses.replace(endpoint, key=str(identity.expanduser()))
+        if given.get("trust_on_first_use"):
+            endpoint = dataclasses.replace(endpoint, trust_on_first_use=True)
+        return endpoint
+
     @property
     def label(self) -> str:
         e = self.endpoint

@@ -39,21 +39,9 @@ class LayerLayout:
     ffn_width: tuple[str, ...] = ()  # attributes of `ffn_owner` that hold the FFN width
 
 
-LAYOUTS = {
-    "bert": LayerLayout("attention.self", "attention.self.query", "attention.self.key", "attention.self.value",
-                        "attention.output.dense", head_size="attention_head_size", head_count=("num_attention_heads",),
-                        head_width=("all_head_size",), ffn_inputs=("intermediate.dense",), ffn_output="output.dense"),
-    "distilbert": LayerLayout("attention", "attention.q_lin", "attention.k_lin", "attention.v_lin",
-                              "attention.out_lin", head_size="attention_head_size", head_count=("n_heads",),
-                              ffn_inputs=("ffn.lin1",), ffn_output="ffn.lin2"),
-    "vit": LayerLayout("attention", "attention.q_proj", "attention.k_proj", "attention.v_proj", "attention.o_proj",
-                       head_size="head_dim", head_count=("num_attention_heads",), ffn_inputs=("mlp.fc1",),
-                       ffn_output="mlp.fc2"),
-    "llama": LayerLayout("self_attn", "self_attn.q_proj", "self_attn.k_proj", "self_attn.v_proj", "self_attn.o_proj",
-                         head_size="head_dim", head_count=("num_heads", "num_attention_heads"),
-                         kv_head_count=("num_key_value_heads",), ffn_inputs=("mlp.gate_proj", "mlp.up_proj"),
-                         ffn_output="mlp.down_proj", ffn_owner="mlp", ffn_width=("intermediate_size",)),
-}
+# where each family keeps its parts; edgeprune.save adds the layout of this folder's family at the end of the file
+# (its adapter's `remote_layout`)
+LAYOUTS: dict[str, LayerLayout] = {}
 
 # the config keys this file reads; None (or absent) means "as the stock config builds it"
 PER_LAYER_KEYS = ("edgeprune_heads_per_layer", "edgeprune_kv_heads_per_layer", "edgeprune_ffn_widths",
