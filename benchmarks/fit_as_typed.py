@@ -52,6 +52,7 @@ def run_fit(max_mb: float, work: Path, warm: bool) -> dict:
         "points_lost": round(100 * (dense["test_accuracy"] - fitted["test_accuracy"]), 2),
         "recovery": {k: recovery.get(k) for k in ("mode", "steps", "structures", "seconds")},
         "fitted_recovery": fitted.get("recovery", ""), "timings_s": result.get("timings_s"),
+        "stopped_early": result.get("search_stopped_early"),  # what the default time limit left unbuilt, if anything
     }
 
 

@@ -73,3 +73,13 @@ def test_devices_list_and_show(capsys):
     assert code == 0 and out.startswith("host\texecutorch\tlocal")
     code, out, _ = _run(capsys, "devices", "show", "host")
     assert code == 0 and '"threads": 2' in out
+
+
+def test_fit_as_typed_has_a_time_limit_and_none_lifts_it():
+    """The command a user types stays bounded: 8 minutes unless --time-limit says otherwise (none: no limit)."""
+    from edgeprune.cli.fit import DEFAULT_TIME_LIMIT_MINUTES, fit_command, parse_minutes_or_none
+
+    option = next(p for p in fit_command.params if p.name == "time_limit")
+    assert option.type.convert(option.default, option, None) == float(DEFAULT_TIME_LIMIT_MINUTES) == 8.0
+    assert parse_minutes_or_none("none") is None and parse_minutes_or_none("NONE") is None
+    assert parse_minutes_or_none("2.5") == 2.5

@@ -37,6 +37,17 @@ from edgeprune.quantize import RECIPES
 from edgeprune.runtimes import RUNTIMES
 
 AUTO, AUTO_RECOVER_STEPS = "auto", 150  # of edgeprune.search.options; parsing imports no torch
+# the command as typed stays bounded (the Python API has no limit unless FitOptions.time_limit_minutes says so):
+# MEASURE-ME
+DEFAULT_TIME_LIMIT_MINUTES = "8"
+
+
+def parse_minutes_or_none(text: str) -> float | None:
+    """A positive number of minutes, or none (no limit)."""
+    return None if text.strip().lower() == "none" else positive("minutes", "15").parse(text)
+
+
+minutes_or_none = Parsed(parse_minutes_or_none, "minutes")
 
 
 def recover_steps(text: str) -> int | str:
@@ -134,10 +145,11 @@ EXIT_CODES = ("0 every budget met; 2 bad input; 3 the budgets cannot be met (the
     click.option("--recover-precision", type=click.Choice(PRECISIONS), default="auto", show_default=True,
                  help="the students' training arithmetic; auto: bfloat16 autocast (float32 weights) where the CPU "
                  "computes in bfloat16 natively, else float32"),
-    click.option("--time-limit", type=positive("minutes", "15"), metavar="MINUTES",
+    click.option("--time-limit", type=minutes_or_none, default=DEFAULT_TIME_LIMIT_MINUTES, show_default=True,
+                 metavar="MINUTES|none",
                  help="start no candidate after the fit has run this long, once one meets every budget: the best so "
                  "far ships and the report lists what could still have won (the candidate in progress and the "
-                 "winner's test evaluation finish first)"),
+                 "winner's test evaluation finish first); none: search to the end"),
     click.option("--json", is_flag=True, help="print result.json (a fleet: fleet.json) to stdout"),
     click.option("--boards", type=click.Path(path_type=Path), metavar="TOML", help="a lab on Ray (pip install "
                  "'edgeprune[cluster]'): the lab's boards ([[board]]: name, profile, connection, node_resource); a "

@@ -6,18 +6,16 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Literal
 
-import torch
 from torch import nn
 
 from edgeprune.errors import UserInputError
-from edgeprune.quantize.int4_embedding import Int4Embedding
-from edgeprune.quantize.int8_embedding import Int8Embedding
+from edgeprune.quantize.formats import FORMATS
 from edgeprune.quantize.static_int8 import Inputs, check_calibration, quantize_static
 from edgeprune.registry import Registry
 from edgeprune.runtimes import RUNTIMES, EachRuntime
 
-WeightFormat = Literal["fp32", "fp16", "int8", "int4"]
-Runtime = Literal["executorch", "litert"]
+FormatName = str  # a registered weight format (edgeprune/quantize/formats.py): fp32, fp16, int8, int4
+RuntimeName = str  # a registered runtime (edgeprune/runtimes): executorch, litert, or a plugin's
 INT4_GROUP = 32  # 4-bit linear weights share one scale per 32 input columns
 CALIBRATION_EXAMPLES = 32  # real inputs a calibrated recipe observes (benchmarks/export_matrix.py uses this many)
 
@@ -25,9 +23,9 @@ CALIBRATION_EXAMPLES = 32  # real inputs a calibrated recipe observes (benchmark
 @dataclass(frozen=True)
 class Recipe:
     name: str
-    runtime: Runtime
-    linear: WeightFormat  # how linear weights are stored in the artifact
-    embedding: WeightFormat  # how embedding tables are stored in the artifact
+    runtime: RuntimeName
+    linear: FormatName  # how linear weights are stored in the artifact
+    embedding: FormatName  # how embedding tables are stored in the artifact
     min_cosine: float  # worst cosine of runtime outputs vs. the PyTorch source over real inputs
     description: str
     # how LiteRT's ai-edge-quantizer quantizes the converted flatbuffer (its PyTorch source stays fp32)
@@ -39,7 +37,8 @@ class Recipe:
     group_size: int = INT4_GROUP
 
     def apply(self, model: nn.Module, calibration: Sequence[Inputs] | None = None) -> nn.Module:
-        """The PyTorch module this recipe exports (a quantized copy; the original is left untouched).
+        """The PyTorch module this recipe exports (a quantized copy; the original is left untouched): each of its
+        weight formats (edgeprune/quantize/formats.py) quantizes the tables and the linears it stores.
 
         `calibration`: real task inputs at the export shape, required by (and only read by) calibrated
         recipes, e.g. `task.example_inputs("calibration", CALIBRATION_EXAMPLES)`.
@@ -48,28 +47,17 @@ class Recipe:
         quantized = copy.deepcopy(model).eval()
         if not self.quantized_in_pytorch:
             return quantized
-        if self.embedding in ("int8", "int4"):
-            _replace_embeddings(quantized, Int8Embedding if self.embedding == "int8" else Int4Embedding)
+        FORMATS.get(self.embedding).quantize_tables(quantized)
         if self.calibrated:
             return quantize_static(quantized, batches, self.runtime)
-        if self.linear in ("int8", "int4"):
-            from torchao.quantization import Int8DynamicActivationIntxWeightConfig, quantize_
-            from torchao.quantization.granularity import PerAxis, PerGroup
-
-            int8 = Int8DynamicActivationIntxWeightConfig(weight_dtype=torch.int8, weight_granularity=PerAxis(0))
-            if self.linear == "int4":
-                int4 = Int8DynamicActivationIntxWeightConfig(weight_dtype=torch.int4,
-                                                             weight_granularity=PerGroup(self.group_size))
-                quantize_(quantized, int4, filter_fn=lambda m, _: self.int4_fits(m))
-                # widths that groups of group_size do not divide (tiny heads) stay at 8 bits
-                quantize_(quantized, int8, filter_fn=lambda m, _: isinstance(m, nn.Linear) and not self.int4_fits(m))
-            else:
-                quantize_(quantized, int8)
+        FORMATS.get(self.linear).quantize_linears(quantized, self.group_size)
         return quantized
 
     def int4_fits(self, module: nn.Module) -> bool:
-        """True when `module` is a linear whose input width this recipe's 4-bit groups divide."""
-        return isinstance(module, nn.Linear) and module.in_features % self.group_size == 0
+        """True when `module` is a linear this recipe stores in its grouped 4-bit format: its groups divide the
+        input width (a narrower or odd width stays at 8 bits)."""
+        return (isinstance(module, nn.Linear) and FORMATS.get(self.linear).grouped
+                and module.in_features % self.group_size == 0)
 
     @property
     def quantized_in_pytorch(self) -> bool:
@@ -79,15 +67,8 @@ class Recipe:
 
     @property
     def embeddings_quantized_in_pytorch(self) -> bool:
-        """True when edgeprune's own int8/int4 table modules (one fp32 scale per row) reach the artifact."""
-        return self.embedding in ("int8", "int4") and self.quantized_in_pytorch
-
-
-def _replace_embeddings(model: nn.Module, kind: type[Int8Embedding] | type[Int4Embedding]) -> None:
-    for parent in list(model.modules()):
-        for name, child in list(parent.named_children()):
-            if isinstance(child, nn.Embedding):
-                setattr(parent, name, kind.from_embedding(child))
+        """True when edgeprune's own int8/int4 table modules (their scales) reach the artifact."""
+        return FORMATS.get(self.embedding).table_module is not None and self.quantized_in_pytorch
 
 
 # a runtime's module (the `edgeprune.runtimes` entry points) may register recipes of its own beside its descriptor
@@ -142,14 +123,11 @@ FP32_RECIPE: Mapping[str, str] = EachRuntime("fp32_recipe")
 FIT_LADDERS: Mapping[str, tuple[str, ...]] = EachRuntime("fit_ladder")
 
 
-BITS_RANK = {"fp32": 0, "fp16": 1, "int8": 2, "int4": 3}  # higher: fewer bits, less faithful
-
-
 def fidelity_rank(recipe: Recipe) -> tuple[int, int]:
     """How far from fp32 a recipe stores the linears and the embedding tables (0, 0 for fp32): comparable across
     runtimes only component by component (int8 linears with fp32 tables vs int8 everywhere is ordered; LiteRT
     int8 vs ExecuTorch int8 is not)."""
-    return BITS_RANK[recipe.linear], BITS_RANK[recipe.embedding]
+    return FORMATS.get(recipe.linear).rank, FORMATS.get(recipe.embedding).rank
 
 
 def fit_ladder(runtimes: Sequence[str], names: Sequence[str] | None = None) -> tuple[str, ...]:

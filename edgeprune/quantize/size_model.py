@@ -1,10 +1,11 @@
 """Predict an artifact's size from parameter counts and the recipe, before exporting.
 
-Bytes per element by storage: fp32 = 4, fp16 = 2, int8 = 1, int4 = 1/2, plus quantization parameters:
-per output row (linears) or table row (embeddings) one fp32 scale in ExecuTorch, and a scale plus an
-int64 zero point in LiteRT's per-channel format; 4-bit linears carry one 16-bit scale per group of columns.
-Embedding tables that edgeprune quantizes itself keep one fp32 scale per row (`Int8Embedding`) or one fp16 scale
-per group of columns (`Int4Embedding`) in either runtime.
+Each matrix costs what its weight format's size rule says (edgeprune/quantize/formats.py): bytes per element
+(fp32 = 4, fp16 = 2, int8 = 1, int4 = 1/2) plus quantization parameters: per output row (linears) or table row
+(embeddings) one fp32 scale in ExecuTorch, and a scale plus an int64 zero point in LiteRT's per-channel format
+(the runtime's descriptor); 4-bit linears carry one 16-bit scale per group of columns. Embedding tables that
+edgeprune quantizes itself keep one fp32 scale per row (`Int8Embedding`) or one fp16 scale per group of columns
+(`Int4Embedding`) in either runtime.
 What the file adds on top (program, delegate headers, alignment) is `overhead_bytes`, measured from
 real exports and refined as they come in.
 """
@@ -13,11 +14,9 @@ from dataclasses import dataclass
 
 from torch import nn
 
-from edgeprune.quantize.int4_embedding import scale_bytes_per_row
+from edgeprune.quantize.formats import FORMATS
 from edgeprune.quantize.recipes import Recipe
 from edgeprune.runtimes import RUNTIMES
-
-BYTES = {"fp32": 4.0, "fp16": 2.0, "int8": 1.0, "int4": 0.5}
 
 
 @dataclass(frozen=True)
@@ -45,28 +44,19 @@ class ParameterLayout:
 
 
 def payload_bytes(model: "nn.Module | ParameterLayout", recipe: Recipe) -> int:
-    """Bytes of weights the recipe stores for `model` (an unquantized module, or its layout)."""
+    """Bytes of weights the recipe stores for `model` (an unquantized module, or its layout): each matrix by its
+    format's size rule (edgeprune/quantize/formats.py), the other parameters at the linears' format's width."""
     layout = model if isinstance(model, ParameterLayout) else ParameterLayout.of(model)
+    runtime = RUNTIMES.get(recipe.runtime)
+    linear, table = FORMATS.get(recipe.linear), FORMATS.get(recipe.embedding)
     total = 0.0
     for kind, rows, cols in layout.matrices:
-        row_bytes = None
-        if kind == "embedding" and recipe.embeddings_quantized_in_pytorch:
-            row_bytes = scale_bytes_per_row(cols) if recipe.embedding == "int4" else 4  # fp32 scale of Int8Embedding
-        total += _matrix_bytes(rows, cols, getattr(recipe, kind), kind, recipe.runtime, row_bytes, recipe.group_size)
-    total += layout.other_parameters * (BYTES["fp16"] if recipe.linear == "fp16" else BYTES["fp32"])
+        if kind == "linear":
+            total += linear.linear_bytes(rows, cols, runtime, recipe.group_size)
+        else:
+            total += table.table_bytes(rows, cols, runtime, recipe.embeddings_quantized_in_pytorch)
+    total += layout.other_parameters * linear.other_parameter_bytes
     return int(total)
-
-
-def _matrix_bytes(rows: int, cols: int, fmt: str, kind: str, runtime: str, row_bytes: int | None,
-                  group: int) -> float:
-    if fmt == "int4" and kind == "linear" and cols % group:
-        fmt = "int8"  # the recipe keeps widths that groups do not divide at 8 bits
-    data = rows * cols * BYTES[fmt]
-    if fmt == "int4" and kind == "linear":
-        return data + rows * -(-cols // group) * RUNTIMES.get(runtime).group_scale_bytes
-    if fmt in ("int8", "int4"):
-        return data + rows * (RUNTIMES.get(runtime).row_parameter_bytes if row_bytes is None else row_bytes)
-    return data
 
 
 @dataclass
