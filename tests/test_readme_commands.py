@@ -138,7 +138,7 @@ PYTHON_COVERED_ELSEWHERE: dict[str, str] = {
     "b2a62428e218": "ep.fit on MiniLM and on a team's folder (placeholders), minutes each: tests/test_minilm_fit.py "
                     "and tests/test_fit_resume_and_budgets.py run fit_task, tests/test_config_round_trips.py "
                     "FitResult.load",
-    "0a9f9745af56": "ep.module_task on the user's own module and tensors (placeholders): tests/test_task_module.py",
+    "6b78219f3924": "ep.module_task on the user's own module and tensors (placeholders): tests/test_task_module.py",
 }
 
 
