@@ -169,3 +169,15 @@ def test_fit_benchmarks_every_candidate_through_the_plugin(installed):
     assert measured and result["fitted"]["file_bytes"] <= 0.13e6
     runs = [line for line in logged(installed["board"])[before:] if ".pte" in line]
     assert len(runs) >= len(measured)  # every benchmarked candidate ran on the folder board
+
+
+def test_a_plugin_that_fails_to_import_is_one_warning_and_the_rest_works(tmp_path):
+    """A broken third-party package never takes edgeprune down: its entry point is named in one warning and skipped;
+    the built-in transports still answer."""
+    env = install_plugin(tmp_path, "broken_transport", "raise ImportError('needs a library this machine lacks')",
+                         "edgeprune.transports", "broken")
+    done = run_edgeprune(tmp_path, env, "devices", "check", "host", "--json")
+    warnings = [line for line in done.stderr.splitlines() if "broken" in line]
+    assert done.returncode == 0 and json.loads(done.stdout)["device"] == "host", done.stderr[-2000:]
+    assert warnings == ["edgeprune: warning: plugin broken (broken_transport) was not loaded: ImportError: needs a "
+                        "library this machine lacks"]

@@ -20,6 +20,7 @@ transformers folders, with the kept heads and FFN widths their config records.
 import copy
 import inspect
 import json
+import sys
 from pathlib import Path
 from typing import Any
 
@@ -265,8 +266,6 @@ def _read_config(directory: Path) -> Any:
 def architecture_class(config: Any, name: str) -> type | None:
     """The model class config.json names: transformers', else the one beside the config's own class (a model family's
     plugin that registered its architecture with transformers' Auto classes defines both in its module)."""
-    import sys
-
     import transformers
 
     found = getattr(transformers, name, None)

@@ -144,8 +144,8 @@ class AdbTransport(Transport):
             raise UserInputError(f"--adb-port {port}: expected a TCP port from 1 to 65535")
         if given.get("adb") is not None:
             check_adb_serial(given["adb"], "--adb")
-            kept = {"adb_port": endpoint.adb_port} if isinstance(endpoint, AdbEndpoint) else {}
-            endpoint = AdbEndpoint(serial=given["adb"], **kept)
+            endpoint = (dataclasses.replace(endpoint, serial=given["adb"]) if isinstance(endpoint, AdbEndpoint)
+                        else AdbEndpoint(serial=given["adb"]))  # the profile's server port and timeout stay
         if port is not None:
             endpoint = dataclasses.replace(endpoint, adb_port=port)
         return endpoint

@@ -108,9 +108,9 @@ class SshTransport(Transport):
         if given.get("ssh") is not None:
             user, host, port = parse_target(given["ssh"])
             check_ssh_target(user, host, f"--ssh {given['ssh']!r}")
-            kept = dataclasses.asdict(endpoint) if isinstance(endpoint, SshEndpoint) else {}
-            kept.pop("kind", None)
-            endpoint = SshEndpoint(**{**kept, "user": user, "host": host, "port": port})
+            target = {"user": user, "host": host, "port": port}  # the profile's key, known_hosts and timeout stay
+            endpoint = (dataclasses.replace(endpoint, **target) if isinstance(endpoint, SshEndpoint)
+                        else SshEndpoint(**target))
         identity = given.get("identity")
         if identity:
             if not identity.expanduser().is_file():
