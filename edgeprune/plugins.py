@@ -11,6 +11,11 @@ import sys
 from importlib.metadata import PackageNotFoundError, distribution, entry_points
 
 OWN_DISTRIBUTION = "edgeprune"
+# the entry-point groups, one per registry a third party may add to (RECIPES reads the runtimes' group: a runtime's
+# module registers its recipes beside its descriptor)
+RUNTIMES_GROUP = "edgeprune.runtimes"
+TRANSPORTS_GROUP = "edgeprune.transports"
+FAMILIES_GROUP = "edgeprune.families"
 
 _loaded: set[str] = set()  # groups loaded in this process; marked before loading, so a plugin reading a registry
 # while it is imported sees what is registered so far instead of a loop

@@ -180,9 +180,9 @@ def _run_python(transport: Transport, artifact: Path, inputs: tuple[torch.Tensor
     # the artifact keeps its suffix (runtimes check it) but not its name, which may clash with ours
     remote_artifact = transport.push(artifact, f"artifact{artifact.suffix}")
     remote_inputs = transport.push(inputs_path, "inputs.npz")
-    own_runner = []
-    if RUNTIMES.get(runtime).device_runner:  # a third party's runtime: its runner module goes beside runner.py
-        source = importlib.util.find_spec(RUNTIMES.get(runtime).device_runner).origin
+    own_runner, device_runner = [], RUNTIMES.get(runtime).device_runner
+    if device_runner:  # a third party's runtime: its runner module goes beside runner.py
+        source = importlib.util.find_spec(device_runner).origin
         transport.push(Path(source), f"{DEVICE_RUNNER_MODULE}.py")
         own_runner = ["--runner-module", DEVICE_RUNNER_MODULE]
     command = [*transport.pin_prefix(threads), transport.python, runner, "--artifact", remote_artifact,

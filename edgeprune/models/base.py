@@ -14,7 +14,7 @@ import torch
 from torch import nn
 
 from edgeprune.errors import UserInputError
-from edgeprune.models.hub import FAMILIES
+from edgeprune.plugins import FAMILIES_GROUP
 from edgeprune.registry import Registry
 
 # config attribute recording, per layer, which of the dense model's heads remain (saved in config.json)
@@ -363,4 +363,4 @@ def hooks_removed_after(handles: list) -> Iterator[None]:
 
 # one registry per family of parts (edgeprune/registry.py): each family's module registers its adapter as it is
 # imported, named in the `edgeprune.families` entry-point group (edgeprune.plugins), edgeprune's own as a third party's
-ADAPTERS: Registry[type[ModelAdapter]] = Registry("model family", plugins=FAMILIES)
+ADAPTERS: Registry[type[ModelAdapter]] = Registry("model family", plugins=FAMILIES_GROUP)

@@ -10,8 +10,6 @@ from pathlib import Path
 
 from edgeprune.errors import UserInputError
 
-FAMILIES = "edgeprune.families"  # the entry-point group of model families (edgeprune.models.ADAPTERS)
-
 
 def hub_cache() -> Path:
     """The Hugging Face cache folder: HF_HUB_CACHE as it is set now, else the one huggingface_hub resolved at import
@@ -30,11 +28,11 @@ def model_folder(location: str | Path, hint: str = "") -> Path:
     from huggingface_hub.errors import HFValidationError
     from huggingface_hub.utils import validate_repo_id
 
-    from edgeprune.plugins import load_plugins
+    from edgeprune.plugins import FAMILIES_GROUP, load_plugins
 
     # a model family's plugin may register its architecture with transformers (AutoConfig.register) as it is
     # imported: load the families before any folder is read
-    load_plugins(FAMILIES)
+    load_plugins(FAMILIES_GROUP)
     path = Path(location)
     if path.is_dir():
         return path

@@ -35,10 +35,15 @@ class WeightFormat:
     # the torchao config that stores linears in this format (None: linears stay as they are in PyTorch)
     linear_config: Callable[[int], object] | None = None
 
+    def stores_grouped(self, cols: int, group: int) -> bool:
+        """Whether a linear of `cols` inputs is stored in this format's groups: a grouped format whose `group`
+        divides the width (any other width is stored at 8 bits, the recipes' rule)."""
+        return self.grouped and cols % group == 0
+
     def linear_bytes(self, rows: int, cols: int, runtime: RuntimeSpec, group: int) -> float:
         """Bytes of one linear's weight: elements, then one scale per group of `group` columns or one set of
         quantization parameters per row. A width `group` does not divide is stored at 8 bits (the recipe's rule)."""
-        if self.grouped and cols % group:
+        if self.grouped and not self.stores_grouped(cols, group):
             return FORMATS.get("int8").linear_bytes(rows, cols, runtime, group)
         data = rows * cols * self.element_bytes
         if self.grouped:
@@ -74,8 +79,9 @@ class WeightFormat:
         if not self.grouped:
             quantize_(model, self.linear_config(group))
             return
+
         def fits(module: nn.Module, _name: str = "") -> bool:
-            return isinstance(module, nn.Linear) and module.in_features % group == 0
+            return isinstance(module, nn.Linear) and self.stores_grouped(module.in_features, group)
 
         quantize_(model, self.linear_config(group), filter_fn=fits)
         quantize_(model, FORMATS.get("int8").linear_config(group),

@@ -9,6 +9,7 @@ from typing import Literal
 from torch import nn
 
 from edgeprune.errors import UserInputError
+from edgeprune.plugins import RUNTIMES_GROUP
 from edgeprune.quantize.formats import FORMATS
 from edgeprune.quantize.static_int8 import Inputs, check_calibration, quantize_static
 from edgeprune.registry import Registry
@@ -56,8 +57,8 @@ class Recipe:
     def int4_fits(self, module: nn.Module) -> bool:
         """True when `module` is a linear this recipe stores in its grouped 4-bit format: its groups divide the
         input width (a narrower or odd width stays at 8 bits)."""
-        return (isinstance(module, nn.Linear) and FORMATS.get(self.linear).grouped
-                and module.in_features % self.group_size == 0)
+        return isinstance(module, nn.Linear) and FORMATS.get(self.linear).stores_grouped(module.in_features,
+                                                                                         self.group_size)
 
     @property
     def quantized_in_pytorch(self) -> bool:
@@ -72,7 +73,7 @@ class Recipe:
 
 
 # a runtime's module (the `edgeprune.runtimes` entry points) may register recipes of its own beside its descriptor
-RECIPES: Registry[Recipe] = Registry("quantization recipe", plugins="edgeprune.runtimes")
+RECIPES: Registry[Recipe] = Registry("quantization recipe", plugins=RUNTIMES_GROUP)
 for _recipe in (
     Recipe("fp32", "executorch", "fp32", "fp32", 0.99999, "no quantization"),
     Recipe("int8-linear", "executorch", "int8", "fp32", 0.999,

@@ -15,6 +15,7 @@ from importlib import import_module
 from typing import Any
 
 from edgeprune.extras import EXTRAS, require_extra
+from edgeprune.plugins import RUNTIMES_GROUP
 from edgeprune.registry import Registry
 
 
@@ -86,7 +87,7 @@ class RuntimeSpec:
         return len(head) >= 8 and head[4:8] == self.identifier
 
 
-RUNTIMES: Registry[RuntimeSpec] = Registry("runtime", plugins="edgeprune.runtimes")
+RUNTIMES: Registry[RuntimeSpec] = Registry("runtime", plugins=RUNTIMES_GROUP)
 
 
 def runtime_for_suffix(suffix: str) -> str | None:

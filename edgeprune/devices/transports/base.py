@@ -18,6 +18,7 @@ from typing import Any, NamedTuple
 
 from edgeprune.devices.schema import MAX_NUMBER, NUMBER, Key
 from edgeprune.errors import EdgepruneError, UserInputError
+from edgeprune.plugins import TRANSPORTS_GROUP
 from edgeprune.registry import Registry
 from edgeprune.serialization import json_codec
 
@@ -275,7 +276,7 @@ def _is_name(key: str) -> bool:
 
 
 # one registry per family of parts (edgeprune/registry.py); each transport module registers itself on import
-TRANSPORTS: Registry[type[Transport]] = Registry("connection kind", plugins="edgeprune.transports")
+TRANSPORTS: Registry[type[Transport]] = Registry("connection kind", plugins=TRANSPORTS_GROUP)
 
 
 def register(kind: str) -> Callable[[type[Transport]], type[Transport]]:
