@@ -95,6 +95,10 @@ def load_forward(bindings, artifact: str):  # noqa: ANN001, ANN201 - the binding
     loads it (the same verification level); call it with the list of input tensors."""
     program = bindings._load_program(artifact, enable_etdump=False, debug_buffer_size=0,
                                      program_verification=bindings.Verification.InternalConsistency)
+    names = {program.get_method_name(index) for index in range(program.num_methods())}
+    # a generator on ExecuTorch's LLM kernels (its fast attention) says so; their library loads before its method
+    if "use_sdpa_with_kv_cache" in names and bool(program.load_method("use_sdpa_with_kv_cache")([])[0]):
+        from executorch.extension.llm.custom_ops import custom_ops  # noqa: F401 - the import loads the kernels
     return program.load_method("forward")
 
 

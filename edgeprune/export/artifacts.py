@@ -61,8 +61,10 @@ def content_key(module: nn.Module, recipe: str | Recipe, example_inputs: tuple[t
     changed under the same name misses the cache; the exporters' versions are checked by the entry's cache record.
     """
     settings = recipe_settings(any_recipe(recipe) if isinstance(recipe, str) else recipe)
-    # a generator's cache length shapes its program but is not a weight (its KV buffers are not in the state_dict)
-    digest = hashlib.sha256(f"v3|{settings}|context={getattr(module, 'context', None)}".encode())
+    # what shapes a generator's program beside its weights (its cache length and attention path: the KV buffers are
+    # not in the state_dict)
+    options = module.program_options() if hasattr(module, "program_options") else {}
+    digest = hashlib.sha256(f"v4|{settings}|{json.dumps(options, sort_keys=True)}".encode())
     for shape_dtype in ((tuple(t.shape), str(t.dtype)) for t in example_inputs):
         digest.update(repr(shape_dtype).encode())
     for name, tensor in module.state_dict().items():

@@ -9,6 +9,7 @@ from torch import nn
 from edgeprune.errors import VerificationError
 from edgeprune.export.base import DeviceRuntime, RunArtifact
 from edgeprune.export.program_facts import ProgramFacts, RuntimeInfo, TensorSpec, package_version
+from edgeprune.generation.fast_attention import load_custom_ops
 from edgeprune.generation.program import ProgramSpec
 from edgeprune.progress import library_output_hidden
 from edgeprune.quantize.recipes import Recipe
@@ -41,6 +42,10 @@ class ExecutorchProgram:
         set_threadpool_once(threads or os.cpu_count() or 1)
         self.path = Path(path)
         self._program = Runtime.get().load_program(str(self.path))
+        if "use_sdpa_with_kv_cache" in self._program.method_names:
+            # a generator on ExecuTorch's LLM kernels (fast attention): their library loads before its method
+            if bool(list(self._program.load_method("use_sdpa_with_kv_cache").execute([]))[0]):
+                load_custom_ops()
         self._method = self._program.load_method("forward")
 
     def __call__(self, *inputs: torch.Tensor) -> list[torch.Tensor]:

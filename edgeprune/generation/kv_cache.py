@@ -51,6 +51,8 @@ class StaticKVCache(nn.Module):
     `position` holds (set by `cached_forward` before the layers run). Duck-types the one method of
     transformers' `Cache` that attention layers call."""
 
+    attention = "portable"  # the path of generation/fast_attention.py ATTENTION_PATHS it serves
+
     def __init__(self, layout: CacheLayout, dtype: torch.dtype = torch.float32) -> None:
         super().__init__()
         self.layout = layout

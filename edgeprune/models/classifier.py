@@ -69,32 +69,46 @@ class CausalLMLogits(nn.Module):
     as they are, so after pruning too) and returns their logits; without `cache_position` it is the plain
     full-sequence forward (any batch, no cache) that scoring, recovery and PyTorch evaluation use."""
 
-    def __init__(self, model: nn.Module, context: int | None = None) -> None:
+    def __init__(self, model: nn.Module, context: int | None = None, attention: str = "portable") -> None:
         super().__init__()
+        from edgeprune.generation import ATTENTION_PATHS
+
+        if attention not in ATTENTION_PATHS:
+            raise ValueError(f"attention must be one of {', '.join(ATTENTION_PATHS)}, got {attention!r}")
         self.model = model
         self.context = context
-        self.kv_cache: nn.Module | None = None  # a StaticKVCache, made on first cached use (non-persistent buffers)
+        # the exported program's attention (generation/fast_attention.py); PyTorch itself always runs the portable
+        # path, so that verification compares the two
+        self.attention = attention
+        self.kv_cache: nn.Module | None = None  # made on first cached use (non-persistent buffers)
 
     def forward(self, input_ids: torch.Tensor, cache_position: torch.Tensor | None = None,
                 attention_mask: torch.Tensor | None = None) -> tuple[torch.Tensor]:
         if cache_position is None:
             # the mask is for scoring batches (the text convention of the head criteria); the artifact takes ids only
             return (self.model(input_ids=input_ids, attention_mask=attention_mask, use_cache=False).logits,)
-        from edgeprune.generation import cached_forward
+        from edgeprune.generation import cached_forward, cached_sdpa_forward, uses_custom_ops
 
-        if not torch.compiler.is_compiling():  # under export the cache was sized by `program_spec`
-            self.refresh_cache()
+        if not torch.compiler.is_compiling():  # under export the cache was made by `program_spec`
+            self.refresh_cache("portable")
+        if uses_custom_ops(self.kv_cache):
+            return (cached_sdpa_forward(self.model, self.kv_cache, input_ids, cache_position),)
         return (cached_forward(self.model, self.kv_cache, input_ids, cache_position),)
 
-    def refresh_cache(self) -> None:
-        """(Re)make the KV cache when there is none or the weights' layout changed (heads or layers removed)."""
-        from edgeprune.generation import CacheLayout, StaticKVCache
+    def refresh_cache(self, attention: str = "portable") -> None:
+        """(Re)make the KV cache of `attention`'s path when there is none, it is the other path's, or the
+        weights' layout changed (heads or layers removed)."""
+        from edgeprune.generation import CacheLayout, make_cache
 
         if self.context is None:
             raise ValueError("this causal LM has no context length: construct it with context=N to cache keys")
         layout = CacheLayout.of(self.model, self.context)
-        if self.kv_cache is None or self.kv_cache.layout != layout:
-            self.kv_cache = StaticKVCache(layout)
+        if self.kv_cache is None or self.kv_cache.layout != layout or self.kv_cache.attention != attention:
+            self.kv_cache = make_cache(layout, attention)
+
+    def program_options(self) -> dict[str, Any]:
+        """What shapes the exported program beside the weights (part of the export cache's key)."""
+        return {"context": self.context, "attention": self.attention}
 
     def program_spec(self, example_inputs: tuple[torch.Tensor, ...]) -> "Any":
         """The generator's dynamic prefill length (1 to the example's length) and the metadata ExecuTorch's LLM
@@ -103,13 +117,14 @@ class CausalLMLogits(nn.Module):
             return None
         from edgeprune.generation import ProgramSpec
 
-        self.refresh_cache()
+        self.refresh_cache(self.attention)
         config = self.model.config
         prefill = int(example_inputs[0].shape[1])
         tokens = torch.export.Dim("tokens", min=1, max=max(prefill, 2))
         eos = config.eos_token_id if isinstance(config.eos_token_id, list) else [config.eos_token_id]
         metadata: dict[str, Any] = {"get_max_seq_len": prefill, "get_max_context_len": self.context,
-                                    "use_kv_cache": True, "use_sdpa_with_kv_cache": False,
+                                    "use_kv_cache": True,
+                                    "use_sdpa_with_kv_cache": self.attention == "fast",
                                     "enable_dynamic_shape": True, "get_vocab_size": int(config.vocab_size),
                                     "get_n_layers": len(self.kv_cache.layout.kv_heads),
                                     # edgeprune's own: the bytes of the cache buffers the program keeps

@@ -8,7 +8,7 @@ Runtimes add their own per-row and per-group parameters (`RuntimeSpec.row_parame
 LiteRT's recipes quantize the converted file instead of the module (its descriptor says so), and the size rules
 here describe what either runtime stores."""
 
-from collections.abc import Callable
+from collections.abc import Callable, Collection
 from dataclasses import dataclass
 
 import torch
@@ -69,23 +69,38 @@ class WeightFormat:
                 if isinstance(child, nn.Embedding):
                     setattr(parent, name, self.table_module(child))
 
-    def quantize_linears(self, model: nn.Module, group: int) -> None:
-        """Store `model`'s linears in this format with torchao (int8 dynamic activations); a grouped format keeps
-        linears whose width `group` does not divide at 8 bits."""
+    def quantize_linears(self, model: nn.Module, group: int, skip: Collection[nn.Module] = ()) -> None:
+        """Store `model`'s linears (`model` itself if it is one), all but `skip`, in this format with torchao (int8
+        dynamic activations); a grouped format keeps linears whose width `group` does not divide at 8 bits."""
         if self.linear_config is None:
             return
         from torchao.quantization import quantize_
 
-        if not self.grouped:
-            quantize_(model, self.linear_config(group))
-            return
+        skipped = {id(module) for module in skip}
+
+        def linear(module: nn.Module) -> bool:
+            return isinstance(module, nn.Linear) and id(module) not in skipped
 
         def fits(module: nn.Module, _name: str = "") -> bool:
-            return isinstance(module, nn.Linear) and self.stores_grouped(module.in_features, group)
+            return linear(module) and self.stores_grouped(module.in_features, group)
 
+        if not self.grouped:
+            quantize_(model, self.linear_config(group), filter_fn=lambda m, _: linear(m))
+            return
         quantize_(model, self.linear_config(group), filter_fn=fits)
-        quantize_(model, FORMATS.get("int8").linear_config(group),
-                  filter_fn=lambda m, _: isinstance(m, nn.Linear) and not fits(m))
+        quantize_(model, FORMATS.get("int8").linear_config(group), filter_fn=lambda m, _: linear(m) and not fits(m))
+
+
+def output_layer(model: nn.Module) -> nn.Linear | None:
+    """The linear mapping a language model's hidden states to vocabulary logits (Hugging Face's output embeddings:
+    `lm_head`), found in `model` or the first module of it that has one; None for a model without."""
+    for module in model.modules():
+        getter = getattr(module, "get_output_embeddings", None)
+        if callable(getter):
+            head = getter()
+            if isinstance(head, nn.Linear):
+                return head
+    return None
 
 
 def int8_linears(_group: int) -> object:

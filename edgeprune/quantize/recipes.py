@@ -10,7 +10,7 @@ from torch import nn
 
 from edgeprune.errors import UserInputError
 from edgeprune.plugins import RUNTIMES_GROUP
-from edgeprune.quantize.formats import FORMATS
+from edgeprune.quantize.formats import FORMATS, output_layer
 from edgeprune.quantize.static_int8 import Inputs, check_calibration, quantize_static
 from edgeprune.registry import Registry
 from edgeprune.runtimes import RUNTIMES, EachRuntime
@@ -36,6 +36,9 @@ class Recipe:
     # 4-bit linear weights share one scale per `group_size` input columns; a linear whose width it does not divide
     # stays at 8 bits (ExecuTorch's int4 recipes; LiteRT's int4 scheme fixes its own blocks of 32)
     group_size: int = INT4_GROUP
+    # a language model's output layer (edgeprune/quantize/formats.py `output_layer`) in its own format; None: as the
+    # linears. At 4 bits the vocabulary projection costs a decoder most of its quality (docs/FINDINGS.md)
+    output_layer: FormatName | None = None
 
     def apply(self, model: nn.Module, calibration: Sequence[Inputs] | None = None) -> nn.Module:
         """The PyTorch module this recipe exports (a quantized copy; the original is left untouched): each of its
@@ -51,7 +54,10 @@ class Recipe:
         FORMATS.get(self.embedding).quantize_tables(quantized)
         if self.calibrated:
             return quantize_static(quantized, batches, self.runtime)
-        FORMATS.get(self.linear).quantize_linears(quantized, self.group_size)
+        head = output_layer(quantized) if self.output_layer not in (None, self.linear) else None
+        FORMATS.get(self.linear).quantize_linears(quantized, self.group_size, skip=[head] if head else [])
+        if head is not None:
+            FORMATS.get(self.output_layer).quantize_linears(head, self.group_size)
         return quantized
 
     def int4_fits(self, module: nn.Module) -> bool:
@@ -83,6 +89,10 @@ for _recipe in (
            "int8 linears and 4-bit embedding tables (an fp16 scale per 64 columns)"),
     Recipe("int4-linear", "executorch", "int4", "int8", 0.99,
            f"4-bit group-wise (group {INT4_GROUP}) linear weights with int8 dynamic activations; int8 embeddings"),
+    # a decoder's recipe (issue 31): its vocabulary projection at 8 bits per channel, the rest as int4-linear
+    Recipe("int4-decoder", "executorch", "int4", "int8", 0.99,
+           f"4-bit group-wise (group {INT4_GROUP}) linear weights with int8 dynamic activations; the output layer "
+           "(the vocabulary projection) at int8 per channel; int8 embeddings", output_layer="int8"),
     Recipe("int4", "executorch", "int4", "int4", 0.99,
            f"4-bit group-wise (group {INT4_GROUP}) linear weights and 4-bit embedding tables (an fp16 scale per 64 "
            "columns)"),
@@ -131,10 +141,12 @@ def fidelity_rank(recipe: Recipe) -> tuple[int, int]:
     return FORMATS.get(recipe.linear).rank, FORMATS.get(recipe.embedding).rank
 
 
-def fit_ladder(runtimes: Sequence[str], names: Sequence[str] | None = None) -> tuple[str, ...]:
+def fit_ladder(runtimes: Sequence[str], names: Sequence[str] | None = None,
+               output_layer: bool = True) -> tuple[str, ...]:
     """The recipes a fit tries on `runtimes`: `names` (each checked to run on one of them) in the order given,
     else every runtime's FIT_LADDERS merged so that each ladder keeps its order and, at each step, the higher
-    fidelity comes first (the first runtime's on a tie)."""
+    fidelity comes first (the first runtime's on a tie). Without `output_layer` (a model with no output layer of
+    its own: an encoder) the ladder leaves out the recipes that differ only there."""
     if names:
         for name in names:
             recipe = RECIPES.get(name)
@@ -142,7 +154,8 @@ def fit_ladder(runtimes: Sequence[str], names: Sequence[str] | None = None) -> t
                 raise UserInputError(f"recipe {name!r} builds {recipe.runtime} artifacts; this fit's runtimes are "
                                      f"{', '.join(runtimes)} (add --runtime {','.join([*runtimes, recipe.runtime])})")
         return tuple(dict.fromkeys(names))
-    ladders = [list(FIT_LADDERS[runtime]) for runtime in runtimes]
+    ladders = [[name for name in FIT_LADDERS[runtime] if output_layer or RECIPES.get(name).output_layer is None]
+               for runtime in runtimes]
     merged: list[str] = []
     while any(ladders):
         heads = [(fidelity_rank(RECIPES.get(ladder[0])), index) for index, ladder in enumerate(ladders) if ladder]

@@ -14,7 +14,7 @@ from dataclasses import dataclass
 
 from torch import nn
 
-from edgeprune.quantize.formats import FORMATS
+from edgeprune.quantize.formats import FORMATS, output_layer
 from edgeprune.quantize.recipes import Recipe
 from edgeprune.runtimes import RUNTIMES
 
@@ -23,24 +23,26 @@ from edgeprune.runtimes import RUNTIMES
 class ParameterLayout:
     """What the size of any recipe's export depends on: each matrix's kind and shape, and the other parameters."""
 
-    matrices: tuple[tuple[str, int, int], ...]  # ("linear" | "embedding", rows, columns)
+    matrices: tuple[tuple[str, int, int], ...]  # ("linear" | "output" | "embedding", rows, columns)
     other_parameters: int
 
     @classmethod
     def of(cls, model: nn.Module) -> "ParameterLayout":
         matrices = []
         counted: set[int] = set()
+        head = output_layer(model)
         for module in model.modules():
             if isinstance(module, nn.Linear | nn.Embedding):
                 rows, cols = module.weight.shape
-                matrices.append(("linear" if isinstance(module, nn.Linear) else "embedding", rows, cols))
+                kind = "embedding" if isinstance(module, nn.Embedding) else "output" if module is head else "linear"
+                matrices.append((kind, rows, cols))
                 counted.add(id(module.weight))
         return cls(tuple(matrices), sum(p.numel() for p in model.parameters() if id(p) not in counted))
 
     @property
     def core_parameters(self) -> int:
         """Parameters outside the embedding tables (linear weights and everything else)."""
-        return sum(rows * cols for kind, rows, cols in self.matrices if kind == "linear") + self.other_parameters
+        return sum(rows * cols for kind, rows, cols in self.matrices if kind != "embedding") + self.other_parameters
 
 
 def payload_bytes(model: "nn.Module | ParameterLayout", recipe: Recipe) -> int:
@@ -49,10 +51,11 @@ def payload_bytes(model: "nn.Module | ParameterLayout", recipe: Recipe) -> int:
     layout = model if isinstance(model, ParameterLayout) else ParameterLayout.of(model)
     runtime = RUNTIMES.get(recipe.runtime)
     linear, table = FORMATS.get(recipe.linear), FORMATS.get(recipe.embedding)
+    head = FORMATS.get(recipe.output_layer or recipe.linear)
     total = 0.0
     for kind, rows, cols in layout.matrices:
-        if kind == "linear":
-            total += linear.linear_bytes(rows, cols, runtime, recipe.group_size)
+        if kind != "embedding":
+            total += (head if kind == "output" else linear).linear_bytes(rows, cols, runtime, recipe.group_size)
         else:
             total += table.table_bytes(rows, cols, runtime, recipe.embeddings_quantized_in_pytorch)
     total += layout.other_parameters * linear.other_parameter_bytes

@@ -51,6 +51,7 @@ from edgeprune.search.ship import keep_only, reproduce, ship_files, summary
 from edgeprune.search.space import Shape
 from edgeprune.serialization import to_jsonable, write_text_atomic
 from edgeprune.tasks.base import Task
+from edgeprune.tasks.compatibility import DECODER
 from edgeprune.tasks.metrics import per_class_regressions
 
 if TYPE_CHECKING:  # Ray is an extra: the pool is imported only where one is made
@@ -134,7 +135,8 @@ def fit_task(
     for name in runtimes:
         RUNTIMES.get(name).require()  # before the teacher is trained: a missing runtime is the first thing said
     runtime = runtimes[0]  # the dense baseline's
-    recipes = fit_ladder(runtimes, options.recipes)
+    # a decoder's ladder holds the recipes that store its output layer apart
+    recipes = fit_ladder(runtimes, options.recipes, output_layer=DECODER in task.model_kinds)
     progress = progress or task.progress
     out = Path(out) if out is not None else default_out_dir()
     work, created = prepare_out_dir(out, resume)
