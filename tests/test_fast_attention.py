@@ -7,10 +7,13 @@ import pytest
 import torch
 
 from edgeprune.bench.runner import executorch_bindings, load_forward
+from edgeprune.cli import main
+from edgeprune.errors import UserInputError
 from edgeprune.export import content_key, export, load_artifact
 from edgeprune.generation import CacheLayout, SdpaKVCache, cached_sdpa_forward
 from edgeprune.generation.runner import Generator, greedy_reference
 from edgeprune.models.classifier import CausalLMLogits
+from edgeprune.tasks import make_task
 from tests.test_generation import CONTEXT, PREFILL, tiny_decoder
 
 IDS = torch.randint(3, 96, (1, 20), generator=torch.Generator().manual_seed(1))
@@ -72,3 +75,24 @@ def test_the_export_cache_tells_attention_paths_apart():
 def test_an_unknown_attention_path_is_refused():
     with pytest.raises(ValueError, match="attention must be one of portable, fast"):
         CausalLMLogits(tiny_decoder().model, CONTEXT, "flash")
+
+
+def test_attention_of_an_encoder_task_is_one_line(tmp_path, capsys):
+    code = main(["export", "--task", "minilm-bbc", "--attention", "fast", "--out", str(tmp_path / "m.pte")])
+    err = capsys.readouterr().err
+    assert code == 2 and "--attention sets a causal-lm generator's KV cache; task minilm-bbc has none" in err
+    assert err.count("\n") == 1
+
+
+def test_a_causal_lm_task_resolves_auto_to_the_kernels_this_process_loads(tmp_path):
+    from tests._byo import tiny_llama_dir
+    from tests.test_fit_decoder import decoder_data
+
+    model = tiny_llama_dir(tmp_path / "llama", heads=8, kv_heads=2)
+    task = make_task("causal-lm", model, decoder_data(tmp_path), max_length=16)
+    assert task.attention == "auto" and task.program_attention == "fast"
+    assert task.teacher().model.attention == "fast" and task.describe()["attention"] == "fast"
+    portable = make_task("causal-lm", model, decoder_data(tmp_path), max_length=16, attention="portable")
+    assert portable.options_key() != task.options_key()
+    with pytest.raises(UserInputError, match="--attention must be auto, portable or fast, got 'flash'"):
+        make_task("causal-lm", model, decoder_data(tmp_path), max_length=16, attention="flash")

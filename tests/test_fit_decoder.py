@@ -31,7 +31,8 @@ def gqa_fit(tmp_path_factory):
         patch.setenv("EDGEPRUNE_CACHE", str(folder / "cache"))
         code = main(["fit", *NO_RECOVERY,
                      "--task", "causal-lm", "--model", str(model), "--data", str(decoder_data(folder)),
-                     "--max-length", "16", "--device", "host", "--max-mb", "7.925", "--recipe", "fp32",
+                     "--max-length", "16", "--device", "host", "--max-mb", "7.925", "--min-decode-tps", "1",
+                     "--recipe", "fp32",
                      "--ffn-fractions", "0", "--layer-removals", "0", "--scoring-examples", "8", "--quiet",
                      "--json", "--out", str(out)])
     result = json.loads(printed.getvalue())
@@ -46,6 +47,27 @@ def test_a_gqa_decoder_fits_through_the_cli(gqa_fit):
     generation = json.loads((out / "generation.json").read_text())
     assert generation["context"] == 64 and generation["decode"] and generation["ttft_ms"] > 0
     assert "generation.json" in result["shipped_files"] and (out / "generation.md").exists()
+    # on the host the program attends with ExecuTorch's LLM kernels (--attention auto), and is timed with them
+    from edgeprune.export import load_artifact
+
+    assert load_artifact(out / "model.pte").constants()["use_sdpa_with_kv_cache"] is True
+
+
+def test_every_candidate_is_timed_decoding_and_held_to_the_decode_budget(gqa_fit):
+    _, result, out = gqa_fit
+    assert result["budget"]["min_decode_tps"] == 1
+    benchmark = result["fitted"]["benchmark"]
+    assert benchmark["decode_p50_ms"] > 0
+    check = next(c for c in result["fitted"]["checks"] if c["kind"] == "decode")
+    assert check["passed"] and check["unit"] == "tokens/s"
+    assert abs(check["value"] - 1e3 / benchmark["decode_p50_ms"]) < 1e-6
+    assert "decode, one token after the prompt" in (out / "report.md").read_text()
+
+
+def test_a_decode_budget_on_an_encoder_is_one_line(tmp_path, capsys):
+    code = main(["fit", "--device", "host", "--min-decode-tps", "10", "--out", str(tmp_path / "fit")])
+    err = capsys.readouterr().err
+    assert code == 2 and "--min-decode-tps is a generator's budget; task minilm-bbc is not a causal-lm" in err
 
 
 def test_every_plan_of_the_fit_is_valid_grouped_query(gqa_fit):

@@ -63,10 +63,16 @@ class BenchmarkResult:
     # e.g. "emulated (QEMU user mode on x86_64)": the figures are the emulator's, never a real board's
     emulated: str | None = None
     board: str = ""  # which board of a lab pool ran it (edgeprune.cluster), when one did
+    # a generator's one-token decode step at its prompt's depth, timed the same way (median), where one was timed
+    decode_p50_ms: float | None = None
 
     @property
     def file_mb(self) -> float:
         return self.file_bytes / 1e6
+
+    @property
+    def decode_tokens_per_s(self) -> float | None:
+        return None if not self.decode_p50_ms else 1e3 / self.decode_p50_ms
 
     @property
     def energy_measured(self) -> bool:

@@ -165,6 +165,9 @@ def task_options(model_help: str | None = None) -> Callable:
         click.option("--max-length", type=int, default=128, show_default=True, help="tokens per input"),
         click.option("--context", type=int, help="causal-lm: the KV cache's length, prompt plus generated tokens, "
                      "the artifact is built for (default: 512 within the model's positions, at least --max-length)"),
+        click.option("--attention", type=click.Choice(["auto", "portable", "fast"]), help="causal-lm: the program's "
+                     "attention: ExecuTorch's LLM kernels (fast) or aten ops any runtime runs (portable); auto: fast "
+                     "unless a device's native runner times it  [default: auto]"),
     )
 
 
@@ -263,12 +266,13 @@ def build_task(args: SimpleNamespace):  # noqa: ANN201 - a Task
 
 
 def context_option(args: SimpleNamespace, kind: str) -> dict[str, Any]:
-    """`--context` for the task's constructor: only a causal-lm generator has a KV cache to size."""
-    if getattr(args, "context", None) is None:
-        return {}
-    if kind != "causal-lm":
-        raise UserInputError(f"--context is the KV cache of a causal-lm generator; task {kind} has none")
-    return {"context": args.context}
+    """`--context` and `--attention` for the task's constructor: only a causal-lm generator has a KV cache."""
+    given = {name: getattr(args, name, None) for name in ("context", "attention")}
+    given = {name: value for name, value in given.items() if value is not None}
+    if given and kind != "causal-lm":
+        flag = next(iter(given))
+        raise UserInputError(f"--{flag} sets a causal-lm generator's KV cache; task {kind} has none")
+    return given
 
 
 def _reject_constant(name: str) -> Any:

@@ -62,7 +62,7 @@ WRAPPERS: dict[str, tuple[type[nn.Module], str, tuple[str, ...], tuple[str, ...]
     "EncoderClassifier": (EncoderClassifier, "encoder", ("classifier",), ()),
     "EncoderEmbedder": (EncoderEmbedder, "encoder", (), ("pooling", "normalize")),
     "SequenceClassifier": (SequenceClassifier, "model", (), ()),
-    "CausalLMLogits": (CausalLMLogits, "model", (), ("context",)),
+    "CausalLMLogits": (CausalLMLogits, "model", (), ("context", "attention")),
     "ImageClassifier": (ImageClassifier, "model", ("classifier",), ()),
 }
 

@@ -83,6 +83,10 @@ def render_markdown(result: FitResult) -> str:
         _row(f"latency p50 ({source})", _bench(dense, "p50_ms", "{:.1f} ms"), _bench(fitted, "p50_ms", "{:.1f} ms")),
         _row(f"latency p90 ({source})", _bench(dense, "p90_ms", "{:.1f} ms"), _bench(fitted, "p90_ms", "{:.1f} ms")),
         _row(f"load time ({source})", _bench(dense, "load_ms", "{:.1f} ms"), _bench(fitted, "load_ms", "{:.1f} ms")),
+        *([_row(f"decode, one token after the prompt ({source})", _bench(dense, "decode_tokens_per_s",
+                                                                          "{:.1f} tokens/s"),
+                _bench(fitted, "decode_tokens_per_s", "{:.1f} tokens/s"))]
+          if fitted.benchmark is not None and fitted.benchmark.decode_p50_ms else []),
         _row(f"peak RSS of benchmark process ({source})", _bench(dense, "peak_rss_mb", "{:.0f} MB"),
              _bench(fitted, "peak_rss_mb", "{:.0f} MB")),
         _row(f"RSS before load ({source})", _bench(dense, "rss_before_load_mb", "{:.0f} MB"),

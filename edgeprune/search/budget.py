@@ -22,7 +22,7 @@ RELATIVE_QUALITY = re.compile(r"^-(\d+(?:\.\d+)?)%$")
 
 
 CHECK_FLAGS = {"size": "--max-mb", "latency": "--max-latency-ms", "memory": "--max-memory-mb",
-               "energy": "--max-energy-mj", "quality": "--min-quality"}
+               "energy": "--max-energy-mj", "decode": "--min-decode-tps", "quality": "--min-quality"}
 # to tell an older result's check by its name (newer checks carry their kind)
 CHECK_NAME_PREFIXES = {"size": ("size",), "latency": ("latency",), "memory": ("peak memory", "memory"),
                        "energy": ("energy",)}
@@ -38,7 +38,7 @@ class BudgetCheck:
     unit: str
     passed: bool
     source: str  # "measured", "estimated", "predicted" or "unknown"
-    kind: str = ""  # "size", "latency", "memory", "energy" or "quality"; "": inferred from the name (older results)
+    kind: str = ""  # a CHECK_FLAGS key ("size", "latency", ..., "quality"); "": inferred from the name (older results)
 
     def __post_init__(self) -> None:
         if not self.kind:  # frozen: set once, here
@@ -67,9 +67,11 @@ class Budget:
     max_energy_mj: float | None = None  # per inference
     min_quality: float | str | None = None  # absolute (in the task's metric) or relative to the dense teacher: "-1%"
     memory_measure: str = "artifact"  # MEMORY_MEASURES
+    # a generator's decode speed: one token after a prompt of --max-length tokens, in tokens/s (1 / median step)
+    min_decode_tps: float | None = None
 
     def __post_init__(self) -> None:
-        for name in ("max_mb", "max_memory_mb", "max_latency_ms", "max_energy_mj"):
+        for name in ("max_mb", "max_memory_mb", "max_latency_ms", "max_energy_mj", "min_decode_tps"):
             value = getattr(self, name)
             if value is None:
                 continue
@@ -94,7 +96,8 @@ class Budget:
     def for_device(cls, profile: "DeviceProfile", **overrides: Any) -> "Budget":
         """The profile's default budgets, with every override that is not None taking precedence."""
         values = {"max_mb": profile.max_mb, "max_memory_mb": profile.max_memory_mb,
-                  "max_latency_ms": profile.max_latency_ms, "max_energy_mj": profile.max_energy_mj}
+                  "max_latency_ms": profile.max_latency_ms, "max_energy_mj": profile.max_energy_mj,
+                  "min_decode_tps": profile.min_decode_tps}
         values.update({k: v for k, v in overrides.items() if v is not None})
         return cls(**values)
 
@@ -105,6 +108,7 @@ class Budget:
                  else "",
                  f"p{self.latency_percentile} under {self.max_latency_ms:g} ms" if self.max_latency_ms is not None
                  else "", f"energy under {self.max_energy_mj:g} mJ" if self.max_energy_mj is not None else "",
+                 f"decode at least {self.min_decode_tps:g} tokens/s" if self.min_decode_tps is not None else "",
                  f"quality at least {self.min_quality}" if self.min_quality is not None else ""]
         return ", ".join(p for p in parts if p) or "no limits"
 
@@ -113,7 +117,8 @@ class Budget:
                 and getattr(self, f.name) is not None]
 
     def needs_benchmark(self) -> bool:
-        return any(v is not None for v in (self.max_memory_mb, self.max_latency_ms, self.max_energy_mj))
+        return any(v is not None for v in (self.max_memory_mb, self.max_latency_ms, self.max_energy_mj,
+                                           self.min_decode_tps))
 
     def size_fits(self, file_bytes: int) -> bool:
         return self.max_mb is None or file_bytes <= self.max_mb * 1e6
@@ -166,6 +171,10 @@ class Budget:
             checks.append(BudgetCheck("energy per inference", self.max_energy_mj, value, "mJ",
                                       value is not None and value <= self.max_energy_mj, str(energy_source),
                                       "energy"))
+        if self.min_decode_tps is not None:
+            value = None if benchmark is None else benchmark.decode_tokens_per_s
+            checks.append(BudgetCheck("decode speed", self.min_decode_tps, value, "tokens/s",
+                                      value is not None and value >= self.min_decode_tps, source, "decode"))
         floor = None if reference is None else self.quality_floor(reference)
         if floor is not None:
             value = None if quality is None else quality.value

@@ -51,6 +51,7 @@ from edgeprune.search.ship import keep_only, reproduce, ship_files, summary
 from edgeprune.search.space import Shape
 from edgeprune.serialization import to_jsonable, write_text_atomic
 from edgeprune.tasks.base import Task
+from edgeprune.tasks.causal_lm import CausalLMTask
 from edgeprune.tasks.compatibility import DECODER
 from edgeprune.tasks.metrics import per_class_regressions
 
@@ -135,6 +136,12 @@ def fit_task(
     for name in runtimes:
         RUNTIMES.get(name).require()  # before the teacher is trained: a missing runtime is the first thing said
     runtime = runtimes[0]  # the dense baseline's
+    if budget.min_decode_tps is not None and not isinstance(task, CausalLMTask):
+        raise UserInputError(f"--min-decode-tps is a generator's budget; task {task.name} is not a causal-lm")
+    if isinstance(task, CausalLMTask) and task.attention == "auto" and any(
+            profile.runner_for(name) == "native" for name in runtimes):
+        # a native runner (torch-free) links no ExecuTorch LLM kernels; the caller's task is left as it was
+        task = dataclasses.replace(task, attention="portable")
     # a decoder's ladder holds the recipes that store its output layer apart
     recipes = fit_ladder(runtimes, options.recipes, output_layer=DECODER in task.model_kinds)
     progress = progress or task.progress

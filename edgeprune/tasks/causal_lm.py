@@ -16,6 +16,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from edgeprune.errors import UserInputError
+from edgeprune.generation.fast_attention import ATTENTION_PATHS, custom_ops_available
 from edgeprune.models.classifier import CausalLMLogits
 from edgeprune.tasks.base import Batch, Quality, RuntimeRun, Split, Teacher, batched_quality, split_items
 from edgeprune.tasks.compatibility import DECODER
@@ -54,6 +55,9 @@ class CausalLMTask(TextTask):
     model_kinds = (DECODER,)
     context: int | None = None  # KV-cache slots of the artifact; None: DEFAULT_CONTEXT within the model's limits
     max_blocks: int | None = None  # blocks kept per split (the first, in the seeded split's order); None: all
+    # the program's attention (generation/fast_attention.py): "portable", "fast", or "auto": fast where this
+    # process loads ExecuTorch's LLM kernels, and portable for a device whose native runner times it (fit decides)
+    attention: str = "auto"
 
     def __post_init__(self) -> None:
         super().__post_init__()
@@ -61,6 +65,8 @@ class CausalLMTask(TextTask):
                                          or self.context < self.max_length):
             raise UserInputError(f"--context must be a whole number of tokens at least --max-length "
                                  f"{self.max_length} (a block is prefilled into the cache), got {self.context!r}")
+        if self.attention not in ("auto", *ATTENTION_PATHS):
+            raise UserInputError(f"--attention must be auto, {' or '.join(ATTENTION_PATHS)}, got {self.attention!r}")
         positions = self.model_positions()
         if self.context is not None and positions is not None and self.context > positions:
             raise UserInputError(f"--context {self.context} is beyond the {positions} positions of the model in "
@@ -73,6 +79,13 @@ class CausalLMTask(TextTask):
             return self.context
         positions = self.model_positions() or DEFAULT_CONTEXT
         return max(self.max_length, min(DEFAULT_CONTEXT, positions))
+
+    @property
+    def program_attention(self) -> str:
+        """The attention path the artifact is built with: `attention`, "auto" resolved for this process."""
+        if self.attention != "auto":
+            return self.attention
+        return "fast" if custom_ops_available() else "portable"
 
     @property
     def labelled(self) -> bool:
@@ -114,9 +127,16 @@ class CausalLMTask(TextTask):
         positions = torch.arange(self.max_length)
         return [(ids,) + (positions,) for (ids,) in super().example_inputs(split, count)]
 
+    def decode_inputs(self) -> tuple[torch.Tensor, torch.Tensor]:
+        """One decode step as fit times it: a token at depth `max_length` (after a prompt of one block), or at the
+        cache's last slot when the context holds no more."""
+        depth = min(self.max_length, self.cache_length - 1)
+        return self.example_inputs("validation", 1)[0][0][:, :1], torch.tensor([depth])
+
     def teacher(self) -> Teacher:
         started = time.perf_counter()
-        model = CausalLMLogits(self.load_transformer("AutoModelForCausalLM"), self.cache_length).eval()
+        model = CausalLMLogits(self.load_transformer("AutoModelForCausalLM"), self.cache_length,
+                               self.program_attention).eval()
         return Teacher(model, self.quality(model, "validation"), self.quality(model, "test"),
                        time.perf_counter() - started, cached=False)
 
@@ -170,10 +190,10 @@ class CausalLMTask(TextTask):
         return tally.quality()
 
     def options_key(self) -> str:
-        return f"{super().options_key()},context={self.cache_length}"
+        return f"{super().options_key()},context={self.cache_length},attention={self.program_attention}"
 
     def describe(self) -> dict[str, object]:
-        return {**super().describe(), "context": self.cache_length}
+        return {**super().describe(), "context": self.cache_length, "attention": self.program_attention}
 
     def vocabulary(self) -> None:
         return None  # the output layer predicts every token; trimming the input table alone would break tied weights
