@@ -5,6 +5,8 @@ every group, and the counts the search reports are the ones removed."""
 import contextlib
 import io
 import json
+import subprocess
+import sys
 
 import pytest
 
@@ -80,3 +82,29 @@ def test_every_plan_of_the_fit_is_valid_grouped_query(gqa_fit):
     # each candidate's reported count is a count whole groups allow (even per layer of 8 heads in 2 groups)
     counts = [trial["heads_removed"] for trial in result["trials"]]
     assert counts and all(count % 2 == 0 for count in counts) and removed in counts
+
+
+def test_model_json_describes_the_generator_and_usage_md_generates_as_written(gqa_fit):
+    from transformers import AutoTokenizer
+
+    from edgeprune.export.manifest import ModelManifest
+    from edgeprune.export.usage import EXAMPLE_PROMPT, NEW_TOKENS, USAGE_NAME
+    from edgeprune.generation import CacheLayout
+    from edgeprune.generation.runner import Generator
+
+    _, result, out = gqa_fit
+    generator = ModelManifest.load(out / "model.json").generator
+    kept = result["fitted"]["plan"]["heads"]["kept_heads"]
+    # 2 (K and V) × Σ KV heads kept (a quarter of each layer's query heads kept: GQA 8 over 2) × head_dim 4 × fp32
+    per_token = 2 * sum(len(layer) // 4 for layer in kept) * 4 * 4
+    assert generator.context == 64 and generator.max_seq_len == 16 and generator.attention == "fast"
+    assert generator.kv_bytes_per_token == per_token and generator.kv_cache_bytes == per_token * 64
+    assert CacheLayout((1,), (4,), 64).bytes_per_token == 32  # the same rule, one layer of one KV head
+    program = (out / USAGE_NAME).read_text().split("```python\n", 1)[1].split("```", 1)[0]
+    assert "custom_ops" in program  # a fast program's kernels load first
+    completed = subprocess.run([sys.executable, "-c", program], cwd=out, capture_output=True, text=True, timeout=300)
+    assert completed.returncode == 0, completed.stderr[-2000:]
+    printed = json.loads(completed.stdout.strip().splitlines()[-1])
+    prompt = AutoTokenizer.from_pretrained(out)(EXAMPLE_PROMPT, add_special_tokens=False)["input_ids"]
+    assert printed["prompt_tokens"] == len(prompt)
+    assert printed["tokens"] == Generator(out / "model.pte").generate(prompt, NEW_TOKENS)

@@ -52,14 +52,19 @@ class ExecutorchProgram:
         return list(self._method.execute(list(inputs)))
 
     def constants(self) -> dict[str, object]:
-        """The program's constant methods (methods without inputs returning one value or a list), by name: the
-        metadata a generator carries for ExecuTorch's LLM runner."""
-        values: dict[str, object] = {}
-        for name in sorted(self._program.method_names - {"forward"}):
-            if self._program.metadata(name).num_inputs() == 0:
-                result = list(self._program.load_method(name).execute([]))
-                values[name] = result[0] if len(result) == 1 else result
-        return values
+        """The program's constant methods, by name: the metadata a generator carries for ExecuTorch's LLM runner."""
+        return program_constants(self._program)
+
+
+def program_constants(program: object) -> dict[str, object]:
+    """The constant methods (methods without inputs returning one value or a list) of a loaded
+    `executorch.runtime` Program, by name."""
+    values: dict[str, object] = {}
+    for name in sorted(program.method_names - {"forward"}):  # type: ignore[attr-defined]
+        if program.metadata(name).num_inputs() == 0:  # type: ignore[attr-defined]
+            result = list(program.load_method(name).execute([]))  # type: ignore[attr-defined]
+            values[name] = result[0] if len(result) == 1 else result
+    return values
 
 
 class ExecutorchRuntime(DeviceRuntime):
@@ -108,12 +113,13 @@ class ExecutorchRuntime(DeviceRuntime):
             meta = program.metadata(method)
             inputs = [_tensor_spec(meta.input_tensor_meta(i), f"input_{i}") for i in range(meta.num_inputs())]
             outputs = [_tensor_spec(meta.output_tensor_meta(i), f"output_{i}") for i in range(meta.num_outputs())]
+            constants = program_constants(program)
         except (RuntimeError, ValueError, IndexError) as error:
             message = " ".join(str(error).split())
             raise VerificationError(f"executorch cannot read {path} ({message}); export it again") from None
         version, operators, delegates = read_execution_plan(Path(path).read_bytes(), method)
         return ProgramFacts(RuntimeInfo(self.name, "executorch", package_version("executorch"), version), method,
-                            inputs, outputs, operators, delegates,
+                            inputs, outputs, operators, delegates, constants=constants,
                             notes=["operators: the kernels the program calls outside its delegates; an app's "
                                    "runtime must link them and the delegates' backends"])
 

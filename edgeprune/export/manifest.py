@@ -32,6 +32,19 @@ class TokenizerFacts:
 
 
 @dataclass
+class GeneratorSpec:
+    """A KV-cached generator's facts, from its program's metadata: how to prefill and decode it, and its cache."""
+
+    context: int  # cache slots: prompt plus generated tokens
+    max_seq_len: int  # tokens one forward takes (a prefill chunk)
+    attention: str  # "fast" (ExecuTorch's LLM kernels: load them before the program) or "portable"
+    kv_cache_bytes: int  # the cache's bytes at `context`
+    kv_bytes_per_token: int
+    eos_ids: list[int] = field(default_factory=list)
+    bos_id: int | None = None
+
+
+@dataclass
 class ModelManifest:
     artifact: str  # the file's name, in the folder that holds this model.json
     sha256: str
@@ -48,6 +61,7 @@ class ModelManifest:
     metric: str | None = None
     tokenizer: TokenizerFacts | None = None
     files: list[str] = field(default_factory=list)  # what ships beside it (tokenizer, labels, usage)
+    generator: GeneratorSpec | None = None  # a KV-cached generator's facts (a causal-lm fit)
     format_version: int = MANIFEST_FORMAT_VERSION  # of this schema; `load` refuses a newer one
 
     def save(self, path: Path) -> Path:
@@ -97,7 +111,21 @@ def inspect_artifact(path: Path, runtime: str | None = None) -> ModelManifest:
     facts = RUNTIMES.get(name).program.inspect(path)
     return ModelManifest(artifact=path.name, sha256=file_sha256(path), file_bytes=path.stat().st_size,
                          runtime=facts.runtime, method=facts.method, inputs=facts.inputs, outputs=facts.outputs,
-                         operators=facts.operators, delegates=facts.delegates, notes=facts.notes)
+                         operators=facts.operators, delegates=facts.delegates, notes=facts.notes,
+                         generator=generator_spec(facts.constants))
+
+
+def generator_spec(constants: dict[str, Any]) -> GeneratorSpec | None:
+    """The generator facts of a program's constant methods; None when it is not a KV-cached generator."""
+    if not constants.get("use_kv_cache"):
+        return None
+    context = int(constants["get_max_context_len"])
+    cache = int(constants.get("get_kv_cache_bytes", 0))
+    eos = constants.get("get_eos_ids", [])
+    return GeneratorSpec(context, int(constants["get_max_seq_len"]),
+                         "fast" if constants.get("use_sdpa_with_kv_cache") else "portable", cache, cache // context,
+                         [int(e) for e in (eos if isinstance(eos, list) else [eos])],
+                         None if constants.get("get_bos_id") is None else int(constants["get_bos_id"]))
 
 
 def manifest_beside(path: Path) -> tuple[ModelManifest | None, str]:

@@ -2,6 +2,7 @@
 and its runtime (never restated from what edgeprune meant to export)."""
 
 from dataclasses import dataclass, field
+from typing import Any
 
 
 @dataclass
@@ -36,6 +37,7 @@ class ProgramFacts:
     operators: list[str]  # ExecuTorch: kernels the program calls outside its delegates; LiteRT: the op codes
     delegates: list[str]  # backends that run (parts of) the program
     notes: list[str] = field(default_factory=list)  # how the delegates were found, what could not be read
+    constants: dict[str, Any] = field(default_factory=dict)  # the program's constant methods (a generator's metadata)
 
 
 def package_version(package: str) -> str:

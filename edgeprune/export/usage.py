@@ -8,6 +8,8 @@ from edgeprune.runtimes import RUNTIMES
 
 USAGE_NAME = "USAGE.md"
 EXAMPLE_TEXT = "The match ended in a draw after extra time."
+EXAMPLE_PROMPT = "The bank said"
+NEW_TOKENS = 32  # tokens the generator's snippet continues its prompt by
 MAX_PRINTED_VALUES = 1024  # outputs up to this many values are printed in full, larger ones as shape and argmax
 
 
@@ -31,9 +33,12 @@ def usage_markdown(manifest: ModelManifest, labels_file: str | None = None) -> s
 
 
 def python_program(manifest: ModelManifest, labels_file: str | None = None) -> list[str]:
-    """The snippet's lines: build the inputs, run the artifact, print the first output as JSON."""
+    """The snippet's lines: build the inputs, run the artifact, print the first output as JSON (a generator's:
+    prefill a prompt, decode greedily, print the continuation)."""
     text = manifest.tokenizer is not None and manifest.tokenizer.gives_artifact_ids
     runtime = RUNTIMES.get(manifest.runtime.name)
+    if manifest.generator is not None and runtime.usage_generator:
+        return generator_program(manifest)
     lines = ["import json", "", "import numpy as np", *runtime.usage_imports]
     if text:
         lines += ["from transformers import AutoTokenizer"]
@@ -66,3 +71,37 @@ def python_program(manifest: ModelManifest, labels_file: str | None = None) -> l
         lines += [f'result["label"] = json.load(open({json.dumps(labels_file)}))["labels"][int(first.argmax())]']
     lines += ["print(json.dumps(result))"]
     return lines
+
+
+def generator_program(manifest: ModelManifest) -> list[str]:
+    """Prefill the prompt a chunk of `max_seq_len` at a time, then decode one token at a time against the program's
+    own KV cache, greedily, until an end-of-sequence id, NEW_TOKENS tokens or the context's end."""
+    runtime = RUNTIMES.get(manifest.runtime.name)
+    kernels = list(runtime.usage_llm_kernels) if manifest.generator.attention == "fast" else []
+    tokenizer = manifest.tokenizer is not None and manifest.tokenizer.gives_artifact_ids
+    lines = ["import json", "", *runtime.usage_imports, *kernels]
+    if tokenizer:
+        lines += ["from transformers import AutoTokenizer"]
+    lines += ["", 'spec = json.load(open("model.json"))', 'generator = spec["generator"]', *runtime.usage_generator]
+    if tokenizer:
+        lines += ['tokenizer = AutoTokenizer.from_pretrained(".")',
+                  f'prompt = tokenizer({json.dumps(EXAMPLE_PROMPT)}, add_special_tokens=False)["input_ids"]']
+    else:
+        lines += ["prompt = [1, 2, 3]  # replace with your prompt's token ids"]
+    lines += [
+        'chunk = generator["max_seq_len"]',
+        "for start in range(0, len(prompt), chunk):  # prefill",
+        "    logits = forward(prompt[start:start + chunk], start)",
+        "tokens, position = [], len(prompt)",
+        f'while len(tokens) < {NEW_TOKENS} and position < generator["context"]:  # greedy decode',
+        "    token = int(logits[0, -1].argmax())",
+        '    if token in generator["eos_ids"]:',
+        "        break",
+        "    tokens.append(token)",
+        "    logits = forward([token], position)",
+        "    position += 1",
+        'result = {"prompt_tokens": len(prompt), "tokens": tokens}',
+    ]
+    if tokenizer:
+        lines += ['result["text"] = tokenizer.decode(tokens)']
+    return [*lines, "print(json.dumps(result))"]

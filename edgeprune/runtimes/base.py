@@ -65,6 +65,10 @@ class RuntimeSpec:
     # a module the benchmark pushes beside the device's runner.py, whose `runner(artifact, inputs, threads)` times
     # its files there (a generator: runtime ready, then a zero-argument run); "" when runner.py has one (built-ins)
     device_runner: str = ""
+    # a KV-cached generator in the app snippet: lines defining `forward(ids, start)` (logits of the token ids `ids`
+    # at positions start.. as a numpy array, the cache kept between calls); () when the runtime builds no generators
+    usage_generator: tuple[str, ...] = ()
+    usage_llm_kernels: tuple[str, ...] = ()  # the lines that load the fast attention's kernels before the program
 
     @property
     def packages(self) -> dict[str, str]:

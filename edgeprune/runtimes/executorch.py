@@ -34,5 +34,17 @@ EXECUTORCH = RuntimeSpec(
         'outputs = method.execute([torch.from_numpy(arrays[i["name"]]) for i in spec["inputs"]])',
         "first = outputs[0].numpy()",
     ),
+    usage_generator=(
+        'method = Runtime.get().load_program(spec["artifact"]).load_method(spec["method"])',
+        "",
+        "",
+        "def forward(ids, start):  # logits of `ids` at positions start..; the program keeps their keys and values",
+        "    return method.execute([torch.tensor([ids]), torch.arange(start, start + len(ids))])[0].numpy()",
+        "",
+        "",
+    ),
+    usage_llm_kernels=(
+        "from executorch.extension.llm.custom_ops import custom_ops  # noqa: F401 - the fast attention's kernels",
+    ),
 )
 RUNTIMES.register(EXECUTORCH.name)(EXECUTORCH)
