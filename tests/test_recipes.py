@@ -122,7 +122,8 @@ def test_smaller_recipes_make_smaller_payloads():
 def test_a_recipe_for_another_runtime_is_refused_with_the_right_names():
     with pytest.raises(UserInputError, match="builds a executorch artifact, not litert; litert recipes: litert-fp16"):
         recipe_for_runtime("int8", "litert")
-    with pytest.raises(UserInputError, match="unknown quantization recipe 'int3'; choose one of: fp32, int4, int4-l"):
+    with pytest.raises(UserInputError, match="unknown quantization recipe 'int3'; choose one of: fp32, int4, "
+                                             "int4-decoder, int4-l"):
         recipe_for_runtime("int3", "executorch")
 
 
