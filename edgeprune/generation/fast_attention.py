@@ -14,6 +14,7 @@ travels as an attention keyword (`TransformersKwargs` pass through every layer t
 """
 
 import contextlib
+import functools
 from collections.abc import Iterator
 
 import torch
@@ -94,6 +95,7 @@ def attention_implementation(model: nn.Module, name: str) -> Iterator[None]:
         config._attn_implementation = before
 
 
+@functools.cache  # once per process: the registry is global
 def register_attention() -> None:
     from transformers import AttentionInterface
 

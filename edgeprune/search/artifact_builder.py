@@ -117,10 +117,11 @@ class ArtifactBuilder:
         artifact.benchmark = self.benchmarker.benchmark(self.work / artifact.path, inputs, artifact.recipe.runtime)
         decode_inputs = getattr(self.task, "decode_inputs", None)  # a generator's one-token step (CausalLMTask)
         if decode_inputs is not None:
-            step = self.benchmarker.benchmark(self.work / artifact.path, decode_inputs(), artifact.recipe.runtime)
+            step_inputs = decode_inputs()
+            step = self.benchmarker.benchmark(self.work / artifact.path, step_inputs, artifact.recipe.runtime)
             artifact.benchmark = dataclasses.replace(artifact.benchmark, decode_p50_ms=step.p50_ms)
             self.progress.note(f"  decode {artifact.benchmark.decode_tokens_per_s:.1f} tokens/s at depth "
-                               f"{int(decode_inputs()[1][0])}")
+                               f"{int(step_inputs[1][0])}")
         peak, board = artifact.benchmark.peak_rss_mb, artifact.benchmark.board
         estimated = " (estimated)" if self.benchmarker.estimated else ""
         self.progress.note(f"  p50 {artifact.benchmark.p50_ms:.2f} ms{estimated}"
