@@ -235,6 +235,44 @@ def test_the_pte_gives_on_the_arm64_board_what_it_gives_here(provisioned, profil
     assert np.abs(expected).max() > 0.01  # not a trivially small output
 
 
+@pytest.fixture(scope="module")
+def generator(tmp_path_factory):
+    """A KV-cached generator (a GQA Llama pruned unevenly) shipped with a tokenizer, as a causal-lm fit ships it."""
+    from tests._byo import copy_tokenizer
+    from tests.test_generation import PREFILL, tiny_decoder
+
+    folder = tmp_path_factory.mktemp("generator")
+    example = (torch.arange(PREFILL)[None] % 90 + 3, torch.arange(PREFILL))
+    path = export(tiny_decoder(), example, folder / "model.pte", "fp32", verify_on=[example]).path
+    copy_tokenizer(folder)
+    return path
+
+
+def test_a_generator_generates_on_the_board_the_tokens_it_generates_here(provisioned, profiles, generator, capsys,
+                                                                         request):
+    command = ["generate", str(generator), "--prompt", "the bank said it would", "--max-new-tokens", "24", "--json"]
+    assert main(command) == 0  # here: ExecuTorch's Python runtime
+    here = json.loads(capsys.readouterr().out)
+    code = main([*command, "--device", "pi5-emulated"])  # there: the board's native runner, over ssh
+    captured = capsys.readouterr()
+    assert code == 0, captured.err
+    there = json.loads(captured.out)
+    show(request, f"greedy tokens on the arm64 board: {there['tokens'][:8]}... (here: {here['tokens'][:8]}...)")
+    assert there["tokens"] == here["tokens"] and len(here["tokens"]) >= 8
+
+
+def test_generate_bench_on_the_board_times_prefill_and_decode(provisioned, profiles, generator, tmp_path, capsys):
+    code = main(["generate", str(generator), "--bench", "--device", "pi5-emulated", "--depths", "8,32", "--runs",
+                 "1", "--threads", "1", "--out", str(tmp_path), "--json"])
+    captured = capsys.readouterr()
+    assert code == 0, captured.err
+    result = json.loads(captured.out)
+    assert result["ttft_ms"] > 0 and [d["depth"] for d in result["decode"]] == [8, 32]
+    assert all(d["tokens"] > 0 and d["seconds"] > 0 for d in result["decode"]) and result["peak_rss_mb"] > 0
+    assert result["device"] == "pi5-emulated" and result["emulated"] == LABEL
+    assert f"**{LABEL}**" in (tmp_path / "generation.md").read_text()
+
+
 def test_a_wrong_host_key_is_refused(board, profiles, tmp_path, capsys):
     other = keygen(tmp_path / "other_host_key")
     wrong = tmp_path / "wrong_known_hosts"

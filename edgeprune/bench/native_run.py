@@ -67,15 +67,36 @@ def _thermal_readers(transport: Transport) -> tuple[TransportEnvironment, dict]:
     return env, readable_thermal_readers(env)
 
 
+def place_binary(transport: Transport, binary: str) -> str:
+    """The device path of a native tool: `binary` itself, or where a local build of it was pushed."""
+    if not Path(binary).is_file():
+        return binary
+    remote_binary = transport.push(Path(binary), Path(binary).name)
+    transport.run(["chmod", "+x", remote_binary], timeout_s=60)
+    return remote_binary
+
+
+def run_tool(transport: Transport, argv: list[str], threads: int, timeout_s: float, tool: str,
+             binary: str) -> tuple[float | None, str]:
+    """(polled peak RSS in MiB or None, the tool's output) of `argv` on the device, pinned to `threads` cores;
+    exit 2 when the binary cannot run there, an EdgepruneError when it fails."""
+    done = transport.run(peak_rss_wrapper([*transport.pin_prefix(threads), *argv]), timeout_s=timeout_s)
+    polled_peak_mb, output = split_peak_rss(done.stdout + done.stderr)
+    if done.exit_code in (126, 127):
+        raise UserInputError(f"cannot run {tool} at {binary} on {transport.label} (exit {done.exit_code}: "
+                             f"{output.strip()[-160:]}); push the binary there, run `edgeprune devices setup`, or pass "
+                             "--binary PATH")
+    if done.exit_code != 0:
+        tail = " | ".join(output.strip().splitlines()[-5:])
+        raise EdgepruneError(f"{tool} failed on {transport.label} (exit {done.exit_code}): {tail}")
+    return polled_peak_mb, output
+
+
 def run_native(transport: Transport, artifact: Path, inputs: tuple[torch.Tensor, ...], runtime: str, threads: int,
                warmup: int, runs: int, binary: str, timeout_s: float, scratch: Path) -> dict:
     """Fields of a BenchmarkResult (and an `energy` entry) from one run of the runtime's native tool."""
     tool = NATIVE_RUNNERS.get(runtime)
-    if Path(binary).is_file():  # a local build of the tool: push it along
-        remote_binary = transport.push(Path(binary), Path(binary).name)
-        transport.run(["chmod", "+x", remote_binary], timeout_s=60)
-    else:
-        remote_binary = binary
+    remote_binary = place_binary(transport, binary)
     remote_artifact = transport.push(artifact, f"artifact{artifact.suffix}")
     input_files = []
     for index, tensor in enumerate(inputs):
@@ -84,14 +105,7 @@ def run_native(transport: Transport, artifact: Path, inputs: tuple[torch.Tensor,
         input_files.append(transport.push(raw))
     env, readers = _thermal_readers(transport)
     argv = tool.command(remote_binary, remote_artifact, threads, warmup, runs, input_files)
-    done = transport.run(peak_rss_wrapper([*transport.pin_prefix(threads), *argv]), timeout_s=timeout_s)
-    polled_peak_mb, output = split_peak_rss(done.stdout + done.stderr)
-    if done.exit_code in (126, 127):
-        raise UserInputError(f"cannot run {tool.tool} at {binary} on {transport.label} (exit {done.exit_code}: "
-                             f"{output.strip()[-160:]}); push the binary there or pass --binary PATH")
-    if done.exit_code != 0:
-        tail = " | ".join(output.strip().splitlines()[-5:])
-        raise EdgepruneError(f"{tool.tool} failed on {transport.label} (exit {done.exit_code}): {tail}")
+    polled_peak_mb, output = run_tool(transport, argv, threads, timeout_s, tool.tool, binary)
     try:
         parsed = tool.parse(output, warmup)
     except ValueError as error:

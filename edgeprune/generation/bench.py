@@ -16,7 +16,7 @@ from pathlib import Path
 
 from edgeprune.errors import UserInputError, VerificationError
 
-FORMAT_VERSION = 1
+FORMAT_VERSION = 2  # 2: device and emulated
 
 
 @dataclass
@@ -43,6 +43,8 @@ class GenerationBenchmark:
     peak_rss_mb: float = 0.0  # the measuring process's whole peak
     added_rss_mb: float = 0.0  # peak less the process before the program loaded: what an app pays
     kv_cache_bytes: int | None = None  # the cache buffers at the full context, as the program declares them
+    device: str = "host"
+    emulated: str | None = None  # e.g. "emulated (QEMU user mode on x86_64)": the timings say nothing of a real board
     version: int = FORMAT_VERSION
 
     @property
@@ -61,7 +63,11 @@ class GenerationBenchmark:
         return rows
 
     def markdown(self) -> str:
-        lines = [f"# Generation benchmark: {Path(self.artifact).name}", "", "| figure | value |", "|---|---|"]
+        lines = [f"# Generation benchmark: {Path(self.artifact).name} on {self.device}", ""]
+        if self.emulated:
+            lines += [f"**{self.emulated}**: these timings are the emulator's and say nothing about a real board; "
+                      "do not compare them with, or scale them into, a real device's figures.", ""]
+        lines += ["| figure | value |", "|---|---|"]
         return "\n".join(lines + [f"| {name} | {value} |" for name, value in self.rows()]) + "\n"
 
 

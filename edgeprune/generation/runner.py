@@ -34,6 +34,17 @@ class GeneratorFacts:
                    tuple(int(e) for e in (eos if isinstance(eos, list) else [eos])), values.get("get_bos_id"))
 
 
+def generator_facts(path: Path) -> tuple[GeneratorFacts, int | None]:
+    """The facts of the generator at `path` and its KV cache's bytes at the full context (None where the program
+    does not say), read here without running it; VerificationError when it is not a generator."""
+    run = load_artifact(Path(path))
+    facts = GeneratorFacts.of(run)
+    if facts is None:
+        raise VerificationError(f"{path} is not a KV-cached generator (it has no use_kv_cache method); fit or export "
+                                "a causal-lm task to make one")
+    return facts, run.constants().get("get_kv_cache_bytes")
+
+
 class Generator:
     """A KV-cached `.pte` loaded once: `prefill`, `decode`, `generate`. The cache is the program's own state, so
     one Generator runs one sequence at a time; a new sequence starts again at position 0."""
