@@ -88,7 +88,7 @@ SSH = GOOD.replace('kind = "local"', 'kind = "ssh"\nhost = "pi5.local"\nuser = "
 def test_an_ssh_profile_with_everything_optional(tmp_path):
     path = tmp_path / "board.toml"
     path.write_text(SSH.replace("max_mb = 25", "max_mb = 25\nmax_latency_ms = 40\nmax_energy_mj = 90.5\n"
-                                               "min_decode_tps = 25")
+                                               "min_decode_tps = 25\nmax_ttft_ms = 300")
                     .replace('threads = 4', 'threads = 4\npython = "/opt/venv/bin/python"')
                     + 'port = 2222\nkey = "~/.ssh/id_pi"\ntrust_on_first_use = true\nconnect_timeout_s = 3\n'
                     + "[power]\nidle_w = 2\nactive_w = 8.5\n"
@@ -98,7 +98,8 @@ def test_an_ssh_profile_with_everything_optional(tmp_path):
     assert not profile.endpoint.key.startswith("~") and profile.endpoint.trust_on_first_use
     assert profile.max_latency_ms == 40.0 and profile.max_energy_mj == 90.5 and profile.max_memory_mb is None
     assert profile.min_decode_tps == 25 and Budget.for_device(profile).min_decode_tps == 25
-    assert "decode at least 25 tokens/s" in Budget.for_device(profile).describe()
+    assert profile.max_ttft_ms == 300 and Budget.for_device(profile).max_ttft_ms == 300
+    assert "decode at least 25 tokens/s, first token within 300 ms" in Budget.for_device(profile).describe()
     assert profile.python == "/opt/venv/bin/python" and profile.power.active_w == 8.5
     assert profile.clusters[0].cpus == (0, 1, 2, 3)
 

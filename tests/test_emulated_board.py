@@ -337,3 +337,27 @@ def test_fit_on_the_board_measures_its_candidates_there_and_labels_them(provisio
     html = (out / "report.html").read_text()
     assert 'id="emulated"' in html and "say nothing about a real Pi" in html
     assert f"measured on pi5-emulated, {LABEL}" in html
+
+
+def test_a_decoder_fit_on_the_board_times_generation_there_by_the_native_runner(provisioned, profiles, tmp_path,
+                                                                                capsys):
+    """A causal-lm fit for the board's ExecuTorch: the program attends portably (the native runner links no LLM
+    kernels), every candidate's forward and decode step are timed on the board, and the shipped generator's
+    generation.json comes from the board's runner."""
+    from tests._byo import tiny_llama_dir
+    from tests.test_fit_decoder import decoder_data
+
+    model = tiny_llama_dir(tmp_path / "llama", heads=8, kv_heads=2)
+    out = tmp_path / "fit"
+    code = main(["fit", "--task", "causal-lm", "--model", str(model), "--data", str(decoder_data(tmp_path)),
+                 "--device", "pi5-emulated", "--runtime", "executorch", "--recipe", "fp32", "--max-mb", "7.925",
+                 "--min-decode-tps", "1", "--recover-steps", "0", "--ffn-fractions", "0", "--layer-removals", "0",
+                 "--max-length", "16", "--scoring-examples", "8", "--quiet", "--out", str(out), "--json"])
+    result = json.loads(capsys.readouterr().out)
+    assert code == 0, result["message"]
+    bench = result["fitted"]["benchmark"]
+    assert bench["runner"] == "executor_runner" and bench["emulated"] == LABEL and bench["decode_p50_ms"] > 0
+    assert result["task"]["attention"] == "portable"
+    generation = json.loads((out / "generation.json").read_text())
+    assert generation["device"] == "pi5-emulated" and generation["emulated"] == LABEL
+    assert generation["decode"] and generation["ttft_ms"] > 0 and generation["peak_rss_mb"] > 0

@@ -34,6 +34,7 @@ def gqa_fit(tmp_path_factory):
         code = main(["fit", *NO_RECOVERY,
                      "--task", "causal-lm", "--model", str(model), "--data", str(decoder_data(folder)),
                      "--max-length", "16", "--device", "host", "--max-mb", "7.925", "--min-decode-tps", "1",
+                     "--max-memory-mb", "4096", "--max-ttft-ms", "5000", "--prompt-tokens", "6",
                      "--recipe", "fp32",
                      "--ffn-fractions", "0", "--layer-removals", "0", "--scoring-examples", "8", "--quiet",
                      "--json", "--out", str(out)])
@@ -64,6 +65,50 @@ def test_every_candidate_is_timed_decoding_and_held_to_the_decode_budget(gqa_fit
     assert check["passed"] and check["unit"] == "tokens/s"
     assert abs(check["value"] - 1e3 / benchmark["decode_p50_ms"]) < 1e-6
     assert "decode, one token after the prompt" in (out / "report.md").read_text()
+
+
+def test_the_time_to_first_token_is_timed_on_its_own_prompt_and_held_to_its_budget(gqa_fit):
+    _, result, out = gqa_fit
+    assert result["budget"]["max_ttft_ms"] == 5000 and result["task"]["prompt_tokens"] == 6
+    benchmark = result["fitted"]["benchmark"]
+    check = next(c for c in result["fitted"]["checks"] if c["kind"] == "ttft")
+    assert check["passed"] and check["value"] == benchmark["ttft_p50_ms"] > 0
+    assert benchmark["ttft_p50_ms"] != benchmark["p50_ms"]  # a 6-token prefill timed apart from the 16-token one
+    assert "time to first token, 6-token prompt" in (out / "report.md").read_text()
+    assert result["reproduce"]["task"]["prompt_tokens"] == 6
+
+
+def test_the_memory_budget_counts_the_kv_cache_at_the_full_context(gqa_fit):
+    """Cache pages are resident only once written: the slots the timed prefill (16 tokens) and decode step (at
+    position 16) left unwritten, of a context of 64, are added to what the benchmark measured."""
+    from edgeprune.export import load_artifact
+
+    _, result, out = gqa_fit
+    benchmark = result["fitted"]["benchmark"]
+    kv_bytes = load_artifact(out / "model.pte").constants()["get_kv_cache_bytes"]
+    assert benchmark["kv_unwritten_mb"] == round(kv_bytes * (64 - 17) / 64 / 1e6, 3) > 0
+    check = next(c for c in result["fitted"]["checks"] if c["kind"] == "memory")
+    measured = benchmark["peak_rss_mb"] - benchmark["rss_before_load_mb"]
+    assert abs(check["value"] - (max(measured, 0.0) + benchmark["kv_unwritten_mb"])) < 1e-9
+    assert "KV cache the timed calls left unwritten" in (out / "report.md").read_text()
+
+
+def test_the_report_gives_next_token_agreement_with_the_dense_teacher(gqa_fit):
+    _, result, out = gqa_fit
+    dense, fitted = result["dense"]["teacher_agreement"], result["fitted"]["teacher_agreement"]
+    assert (fitted["prompt_tokens"], fitted["new_tokens"]) == (16, 32) and 1 <= fitted["prompts"] <= 8
+    assert 0 <= fitted["agreement"] <= 1
+    assert dense["agreement"] >= 0.9  # the fp32 program is PyTorch's model, token for token up to near-ties
+    assert "next-token agreement with the dense teacher" in (out / "report.md").read_text()
+
+
+@pytest.mark.parametrize("flags", [["--max-ttft-ms", "50"], ["--prompt-tokens", "8"]])
+def test_a_prompt_budget_on_an_encoder_is_one_line(tmp_path, capsys, flags):
+    code = main(["fit", "--device", "host", "--max-mb", "30", *flags, "--out", str(tmp_path / "out")])
+    err = capsys.readouterr().err
+    assert code == 2 and len(err.strip().splitlines()) == 1
+    assert ("a generator's budget" in err) if flags[0] == "--max-ttft-ms" else ("sets a causal-lm generator's prompt"
+                                                                             in err)
 
 
 def test_a_decode_budget_on_an_encoder_is_one_line(tmp_path, capsys):

@@ -80,6 +80,10 @@ COVERED_ELSEWHERE: dict[str, str] = {
         "generator (the folder's name is a fit's)",
     "edgeprune generate runs/fit-20261202-120000/model.pte --bench --prompt-tokens 128 --depths 128,384":
         "tests/test_generation.py runs `edgeprune generate ARTIFACT --bench --depths ...` and checks every figure",
+    'edgeprune generate runs/fit-20261202-120000/model.pte --device pi5-emulated --prompt "The bank said"':
+        "the emulated board is started by `make test-board`: tests/test_emulated_board.py generates on it through "
+        "this command and checks the tokens are the host's; tests/test_native_generation.py runs the same path here "
+        "with `--device host --binary`",
     "edgeprune fit --device host --runtime executorch,litert --max-latency-ms 8":
         "a whole MiniLM fit over both runtimes (minutes; measured in docs/FINDINGS.md): "
         "tests/test_runtime_dimension.py fits a small BERT over both runtimes through the CLI, LiteRT winning",

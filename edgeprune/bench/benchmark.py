@@ -65,6 +65,11 @@ class BenchmarkResult:
     board: str = ""  # which board of a lab pool ran it (edgeprune.cluster), when one did
     # a generator's one-token decode step at its prompt's depth, timed the same way (median), where one was timed
     decode_p50_ms: float | None = None
+    # a generator's time to first token: the prefill of its prompt (--prompt-tokens), median, in ms
+    ttft_p50_ms: float | None = None
+    # a generator's KV-cache slots the timed calls left unwritten, in MB: resident only once written, so the memory
+    # budget adds them to the measured peak to count the cache at the full context
+    kv_unwritten_mb: float | None = None
 
     @property
     def file_mb(self) -> float:

@@ -266,12 +266,14 @@ def build_task(args: SimpleNamespace):  # noqa: ANN201 - a Task
 
 
 def context_option(args: SimpleNamespace, kind: str) -> dict[str, Any]:
-    """`--context` and `--attention` for the task's constructor: only a causal-lm generator has a KV cache."""
-    given = {name: getattr(args, name, None) for name in ("context", "attention")}
+    """`--context`, `--attention` (and fit's `--prompt-tokens`) for the task's constructor: only a causal-lm
+    generator has a KV cache and a prompt."""
+    given = {name: getattr(args, name, None) for name in ("context", "attention", "prompt_tokens")}
     given = {name: value for name, value in given.items() if value is not None}
     if given and kind != "causal-lm":
         flag = next(iter(given))
-        raise UserInputError(f"--{flag} sets a causal-lm generator's KV cache; task {kind} has none")
+        what = "prompt" if flag == "prompt_tokens" else "KV cache"
+        raise UserInputError(f"--{flag.replace('_', '-')} sets a causal-lm generator's {what}; task {kind} has none")
     return given
 
 

@@ -51,7 +51,8 @@ def read_project_file(explicit: Path | None, cwd: Path | None = None) -> tuple[P
         raise UserInputError(f"project file {path} is not valid TOML: {error}") from None
 
 
-BUDGET_KEYS = ("max_mb", "max_memory_mb", "max_latency_ms", "max_energy_mj", "min_decode_tps", "min_quality")
+BUDGET_KEYS = ("max_mb", "max_memory_mb", "max_latency_ms", "max_energy_mj", "min_decode_tps", "max_ttft_ms",
+               "min_quality")
 
 
 def project_defaults(group: click.Group, explicit: Path | None) -> dict[str, Any]:

@@ -104,7 +104,11 @@ EXIT_CODES = ("0 every budget met; 2 bad input; 3 the budgets cannot be met (the
     click.option("--max-energy-mj", type=positive("millijoules", "200"), help="budget: energy per inference in mJ"),
     click.option("--min-decode-tps", type=positive("tokens per second", "30"), help="budget, causal-lm: decode "
                  "speed of the generator in tokens/s, one token after a prompt of --max-length tokens (its time to "
-                 "first token is --max-latency-ms: the benchmarked forward is that prompt's prefill)"),
+                 "first token is --max-ttft-ms)"),
+    click.option("--max-ttft-ms", type=positive("milliseconds", "300"), help="budget, causal-lm: time to first "
+                 "token, the prefill of a --prompt-tokens prompt (p50)"),
+    click.option("--prompt-tokens", type=int, help="causal-lm: the prompt --max-ttft-ms times, 1 to --max-length "
+                 "tokens (the program's prefill length)  [default: --max-length]"),
     click.option("--min-quality", type=min_quality,
                  help="quality floor in the task's metric (e.g. 0.95) or relative to the dense model (-1%)"),
 )
@@ -211,7 +215,8 @@ def run_fit(args: SimpleNamespace) -> int:
         check_output_folder(args.out)  # before the task is built: a bad --out costs nothing
     lab = lab_boards(args)  # the boards file is checked before any heavy work, like the profiles
     limits = dict(max_mb=args.max_mb, max_memory_mb=args.max_memory_mb, max_latency_ms=args.max_latency_ms,
-                  max_energy_mj=args.max_energy_mj, min_decode_tps=args.min_decode_tps, min_quality=args.min_quality,
+                  max_energy_mj=args.max_energy_mj, min_decode_tps=args.min_decode_tps, max_ttft_ms=args.max_ttft_ms,
+                  min_quality=args.min_quality,
                   latency_percentile=args.latency_percentile, memory_measure=args.memory_measure)
     budgets = fleet_budgets(profiles, limits, args.device_budgets)
     task = task_from(args)

@@ -40,7 +40,8 @@ SCHEMA: dict[str, dict[str, Key]] = {
     "budgets": {"max_mb": Key(NUMBER, False, positive=True), "max_memory_mb": Key(NUMBER, False, positive=True),
                 "max_latency_ms": Key(NUMBER, False, positive=True),
                 "max_energy_mj": Key(NUMBER, False, positive=True),
-                "min_decode_tps": Key(NUMBER, False, positive=True)},
+                "min_decode_tps": Key(NUMBER, False, positive=True),
+                "max_ttft_ms": Key(NUMBER, False, positive=True)},
     "power": {"idle_w": Key(NUMBER, positive=True), "active_w": Key(NUMBER, positive=True),
               "sensor": Key(str, False, choices=SUPPORTED_SENSORS)},
     "connection": {},  # connection_schema(): each transport's endpoint fields
@@ -97,6 +98,7 @@ class DeviceProfile:
     max_latency_ms: float | None = None
     max_energy_mj: float | None = None
     min_decode_tps: float | None = None  # a generator's decode tokens/s (the Budget's min_decode_tps)
+    max_ttft_ms: float | None = None  # a generator's time to first token (the Budget's max_ttft_ms)
     power: PowerModel | None = None
     endpoint: Endpoint = field(default_factory=LocalEndpoint)
     env: str | None = None  # the venv `edgeprune devices setup` makes on the device; its bin/python runs the runner
@@ -286,7 +288,8 @@ def _parse(path: Path) -> DeviceProfile:
         native=tuple(dict.fromkeys(native)),
         max_memory_mb=number(budgets, "max_memory_mb"),
         max_latency_ms=number(budgets, "max_latency_ms"), max_energy_mj=number(budgets, "max_energy_mj"),
-        min_decode_tps=number(budgets, "min_decode_tps"), power=power, endpoint=_endpoint(path, data["connection"]),
+        min_decode_tps=number(budgets, "min_decode_tps"), max_ttft_ms=number(budgets, "max_ttft_ms"), power=power,
+        endpoint=_endpoint(path, data["connection"]),
         env=env, install=tuple(dict.fromkeys(install)), emulated=data.get("emulated"),
         runtimes=tuple(dict.fromkeys([runtime["name"], *runtimes])) if runtimes else (),
     )

@@ -71,6 +71,17 @@ class GenerationBenchmark:
         return "\n".join(lines + [f"| {name} | {value} |" for name, value in self.rows()]) + "\n"
 
 
+@dataclass(frozen=True)
+class TeacherAgreement:
+    """How often the shipped generator's greedy continuation picks the dense teacher's token, position by
+    position (free-running: after a first disagreement the two continue from different texts, as an app's would)."""
+
+    agreement: float  # mean over the prompts of next_token_agreement
+    prompts: int
+    prompt_tokens: int
+    new_tokens: int
+
+
 def benchmark_generation(path: Path, *, threads: int | None = None, prompt_tokens: int = 128,
                          depths: tuple[int, ...] = (128, 1024), min_seconds: float = 1.0,
                          timeout_s: float = 600.0) -> GenerationBenchmark:

@@ -9,6 +9,7 @@ import torch
 
 from edgeprune.errors import UserInputError, VerificationError
 from edgeprune.export import load_artifact
+from edgeprune.generation.bench import TeacherAgreement
 
 
 @dataclass(frozen=True)
@@ -49,9 +50,10 @@ class Generator:
     """A KV-cached `.pte` loaded once: `prefill`, `decode`, `generate`. The cache is the program's own state, so
     one Generator runs one sequence at a time; a new sequence starts again at position 0."""
 
-    def __init__(self, path: Path, threads: int | None = None) -> None:
+    def __init__(self, path: Path, threads: int | None = None, run: object | None = None) -> None:
+        """`run`: the program at `path` already loaded (`load_artifact`), else it is loaded here."""
         self.path = Path(path)
-        self.run = load_artifact(self.path, threads)
+        self.run = run if run is not None else load_artifact(self.path, threads)
         facts = GeneratorFacts.of(self.run)
         if facts is None:
             raise VerificationError(f"{self.path} is not a KV-cached generator (it has no use_kv_cache method); "
@@ -106,3 +108,23 @@ def next_token_agreement(student: Sequence[int], teacher: Sequence[int]) -> floa
     """Fraction of positions where two greedy continuations pick the same token."""
     pairs = list(zip(student, teacher, strict=False))
     return sum(a == b for a, b in pairs) / len(pairs) if pairs else 0.0
+
+
+AGREEMENT_PROMPTS, AGREEMENT_PROMPT_TOKENS, AGREEMENT_NEW_TOKENS = 8, 32, 32
+
+
+@torch.no_grad()
+def teacher_agreement(generator: Generator, teacher: torch.nn.Module, blocks: torch.Tensor,
+                      prompts: int = AGREEMENT_PROMPTS, prompt_tokens: int = AGREEMENT_PROMPT_TOKENS,
+                      new_tokens: int = AGREEMENT_NEW_TOKENS) -> TeacherAgreement:
+    """Greedy continuations of `new_tokens` after the first `prompt_tokens` of each of the first `prompts` held-out
+    `blocks` ([N, length] token ids), by the program (through its KV cache) and by the teacher's full forward."""
+    prompt_tokens = min(prompt_tokens, blocks.shape[1], generator.facts.context - 1)
+    new_tokens = min(new_tokens, generator.facts.context - prompt_tokens)
+    scores = []
+    for block in blocks[:prompts]:
+        prompt = block[:prompt_tokens].tolist()
+        student = generator.generate(prompt, new_tokens, stop_at_eos=False)
+        scores.append(next_token_agreement(student, greedy_reference(teacher, prompt, new_tokens)))
+    return TeacherAgreement(round(sum(scores) / len(scores), 4) if scores else 0.0, len(scores), prompt_tokens,
+                            new_tokens)

@@ -87,13 +87,22 @@ def render_markdown(result: FitResult) -> str:
                                                                           "{:.1f} tokens/s"),
                 _bench(fitted, "decode_tokens_per_s", "{:.1f} tokens/s"))]
           if fitted.benchmark is not None and fitted.benchmark.decode_p50_ms else []),
+        *([_row(f"time to first token, {result.task.get('prompt_tokens')}-token prompt ({source})",
+                _bench(dense, "ttft_p50_ms", "{:.1f} ms"), _bench(fitted, "ttft_p50_ms", "{:.1f} ms"))]
+          if fitted.benchmark is not None and fitted.benchmark.ttft_p50_ms else []),
         _row(f"peak RSS of benchmark process ({source})", _bench(dense, "peak_rss_mb", "{:.0f} MB"),
              _bench(fitted, "peak_rss_mb", "{:.0f} MB")),
         _row(f"RSS before load ({source})", _bench(dense, "rss_before_load_mb", "{:.0f} MB"),
              _bench(fitted, "rss_before_load_mb", "{:.0f} MB")),
         _row("memory the artifact adds (peak − before load)", _added_memory(dense), _added_memory(fitted)),
+        *([_row("KV cache the timed calls left unwritten (the memory budget adds it: the cache at the full context)",
+                _bench(dense, "kv_unwritten_mb", "{:.1f} MB"), _bench(fitted, "kv_unwritten_mb", "{:.1f} MB"))]
+          if fitted.benchmark is not None and fitted.benchmark.kv_unwritten_mb is not None else []),
         _row(f"test {metric} through {_runtimes(dense, fitted)} (measured)",
              format_quality(test_quality(dense)), format_quality(test_quality(fitted))),
+        *([_row(f"next-token agreement with the dense teacher ({fitted.teacher_agreement.prompts} test prompts, "
+                f"{fitted.teacher_agreement.new_tokens} greedy tokens each)", _agreement(dense), _agreement(fitted))]
+          if fitted.teacher_agreement is not None else []),
         _row("cosine to its PyTorch source (worst of "
              f"{fitted.verification.num_inputs})", f"{dense.verification.min_cosine:.6f}",
              f"{fitted.verification.min_cosine:.6f}"),
@@ -139,3 +148,7 @@ def render_markdown(result: FitResult) -> str:
     lines += ["", "## Reproduce", "", "```json"]
     lines += [json.dumps(result.reproduce, indent=2), "```", ""]
     return "\n".join(lines)
+
+
+def _agreement(artifact: BuiltArtifact) -> str:
+    return "—" if artifact.teacher_agreement is None else f"{artifact.teacher_agreement.agreement:.1%}"

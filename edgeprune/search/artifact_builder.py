@@ -115,17 +115,34 @@ class ArtifactBuilder:
         artifact.predicted_latency_ms = self.facts.predict_latency(artifact.shape, artifact.recipe)
         artifact.latency_basis = self.facts.latency_model.basis(artifact.recipe.name)
         artifact.benchmark = self.benchmarker.benchmark(self.work / artifact.path, inputs, artifact.recipe.runtime)
-        decode_inputs = getattr(self.task, "decode_inputs", None)  # a generator's one-token step (CausalLMTask)
-        if decode_inputs is not None:
-            step_inputs = decode_inputs()
-            step = self.benchmarker.benchmark(self.work / artifact.path, step_inputs, artifact.recipe.runtime)
-            artifact.benchmark = dataclasses.replace(artifact.benchmark, decode_p50_ms=step.p50_ms)
-            self.progress.note(f"  decode {artifact.benchmark.decode_tokens_per_s:.1f} tokens/s at depth "
-                               f"{int(step_inputs[1][0])}")
+        if getattr(self.task, "decode_inputs", None) is not None:  # a generator (CausalLMTask)
+            self.benchmark_generation_steps(artifact)
         peak, board = artifact.benchmark.peak_rss_mb, artifact.benchmark.board
         estimated = " (estimated)" if self.benchmarker.estimated else ""
         self.progress.note(f"  p50 {artifact.benchmark.p50_ms:.2f} ms{estimated}"
                            f", peak {'?' if peak is None else f'{peak:.0f}'} MB{f' (board {board})' if board else ''}")
+
+    def benchmark_generation_steps(self, artifact: BuiltArtifact) -> None:
+        """A generator's decode step after its prompt, and its time to first token, timed like the forward."""
+        step_inputs = self.task.decode_inputs()
+        step = self.benchmarker.benchmark(self.work / artifact.path, step_inputs, artifact.recipe.runtime)
+        prompt = self.task.ttft_inputs()  # None: the prompt is a whole block, the forward just timed
+        ttft = artifact.benchmark.p50_ms if prompt is None else self.benchmarker.benchmark(
+            self.work / artifact.path, prompt, artifact.recipe.runtime).p50_ms
+        artifact.benchmark = dataclasses.replace(artifact.benchmark, decode_p50_ms=step.p50_ms, ttft_p50_ms=ttft,
+                                                 kv_unwritten_mb=self.kv_unwritten_mb(artifact, step_inputs))
+        self.progress.note(f"  decode {artifact.benchmark.decode_tokens_per_s:.1f} tokens/s at depth "
+                           f"{int(step_inputs[1][0])}; first token in {ttft:.1f} ms")
+
+    def kv_unwritten_mb(self, artifact: BuiltArtifact, step_inputs: tuple[torch.Tensor, ...]) -> float | None:
+        """The KV-cache MB a generator's timed calls (a prefill up to the step's depth, the step) did not write."""
+        from edgeprune.generation.runner import generator_facts
+
+        facts, kv_bytes = generator_facts(self.work / artifact.path)
+        if kv_bytes is None:
+            return None
+        written = min(int(step_inputs[1][-1]) + 1, facts.context)
+        return round(kv_bytes * (facts.context - written) / facts.context / 1e6, 3)
 
     def measure(self, artifact: BuiltArtifact) -> None:
         self.evaluate(artifact)

@@ -22,7 +22,8 @@ RELATIVE_QUALITY = re.compile(r"^-(\d+(?:\.\d+)?)%$")
 
 
 CHECK_FLAGS = {"size": "--max-mb", "latency": "--max-latency-ms", "memory": "--max-memory-mb",
-               "energy": "--max-energy-mj", "decode": "--min-decode-tps", "quality": "--min-quality"}
+               "energy": "--max-energy-mj", "decode": "--min-decode-tps", "ttft": "--max-ttft-ms",
+               "quality": "--min-quality"}
 # to tell an older result's check by its name (newer checks carry their kind)
 CHECK_NAME_PREFIXES = {"size": ("size",), "latency": ("latency",), "memory": ("peak memory", "memory"),
                        "energy": ("energy",)}
@@ -69,9 +70,10 @@ class Budget:
     memory_measure: str = "artifact"  # MEMORY_MEASURES
     # a generator's decode speed: one token after a prompt of --max-length tokens, in tokens/s (1 / median step)
     min_decode_tps: float | None = None
+    max_ttft_ms: float | None = None  # a generator's time to first token for its prompt (--prompt-tokens), p50
 
     def __post_init__(self) -> None:
-        for name in ("max_mb", "max_memory_mb", "max_latency_ms", "max_energy_mj", "min_decode_tps"):
+        for name in ("max_mb", "max_memory_mb", "max_latency_ms", "max_energy_mj", "min_decode_tps", "max_ttft_ms"):
             value = getattr(self, name)
             if value is None:
                 continue
@@ -97,7 +99,7 @@ class Budget:
         """The profile's default budgets, with every override that is not None taking precedence."""
         values = {"max_mb": profile.max_mb, "max_memory_mb": profile.max_memory_mb,
                   "max_latency_ms": profile.max_latency_ms, "max_energy_mj": profile.max_energy_mj,
-                  "min_decode_tps": profile.min_decode_tps}
+                  "min_decode_tps": profile.min_decode_tps, "max_ttft_ms": profile.max_ttft_ms}
         values.update({k: v for k, v in overrides.items() if v is not None})
         return cls(**values)
 
@@ -109,6 +111,7 @@ class Budget:
                  f"p{self.latency_percentile} under {self.max_latency_ms:g} ms" if self.max_latency_ms is not None
                  else "", f"energy under {self.max_energy_mj:g} mJ" if self.max_energy_mj is not None else "",
                  f"decode at least {self.min_decode_tps:g} tokens/s" if self.min_decode_tps is not None else "",
+                 f"first token within {self.max_ttft_ms:g} ms" if self.max_ttft_ms is not None else "",
                  f"quality at least {self.min_quality}" if self.min_quality is not None else ""]
         return ", ".join(p for p in parts if p) or "no limits"
 
@@ -118,7 +121,7 @@ class Budget:
 
     def needs_benchmark(self) -> bool:
         return any(v is not None for v in (self.max_memory_mb, self.max_latency_ms, self.max_energy_mj,
-                                           self.min_decode_tps))
+                                           self.min_decode_tps, self.max_ttft_ms))
 
     def size_fits(self, file_bytes: int) -> bool:
         return self.max_mb is None or file_bytes <= self.max_mb * 1e6
@@ -136,12 +139,14 @@ class Budget:
     def memory(self, benchmark: "BenchmarkResult") -> float | None:
         """The memory `max_memory_mb` limits, in MB: what the artifact adds to its process, or the process's peak
         (`memory_measure`). A native benchmark tool has no interpreter to leave out: its whole peak is the
-        artifact's cost, and counts as both."""
+        artifact's cost, and counts as both. A generator's KV cache counts at its full context: the slots the timed
+        calls did not write are added."""
         if benchmark.peak_rss_mb is None:
             return None
+        cache = benchmark.kv_unwritten_mb or 0.0  # a generator's cache at its full context (see BenchmarkResult)
         if self.memory_measure == "process" or benchmark.rss_before_load_mb is None:
-            return benchmark.peak_rss_mb
-        return max(benchmark.peak_rss_mb - benchmark.rss_before_load_mb, 0.0)
+            return benchmark.peak_rss_mb + cache
+        return max(benchmark.peak_rss_mb - benchmark.rss_before_load_mb, 0.0) + cache
 
     def memory_check_name(self) -> str:
         return "peak memory of the process" if self.memory_measure == "process" else "memory the artifact adds"
@@ -175,6 +180,10 @@ class Budget:
             value = None if benchmark is None else benchmark.decode_tokens_per_s
             checks.append(BudgetCheck("decode speed", self.min_decode_tps, value, "tokens/s",
                                       value is not None and value >= self.min_decode_tps, source, "decode"))
+        if self.max_ttft_ms is not None:
+            value = None if benchmark is None else benchmark.ttft_p50_ms
+            checks.append(BudgetCheck("time to first token", self.max_ttft_ms, value, "ms",
+                                      value is not None and value <= self.max_ttft_ms, source, "ttft"))
         floor = None if reference is None else self.quality_floor(reference)
         if floor is not None:
             value = None if quality is None else quality.value

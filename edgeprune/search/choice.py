@@ -75,6 +75,8 @@ def _suggestions(candidates: list[BuiltArtifact], budget: Budget, binding: list[
             suggestions.append(f"raise {flag} to {_round_up(min(seen), 0)}")
         elif kind == "energy":
             suggestions.append(f"raise {flag} to {_round_up(min(seen), 2)}")
+        elif kind == "ttft":
+            suggestions.append(f"raise {flag} to {_round_up(min(seen), 0)} (the quickest candidate measured)")
         elif kind == "decode":
             suggestions.append(f"lower {flag} to {_round_down(max(seen), 1)} (the fastest candidate measured)")
         else:

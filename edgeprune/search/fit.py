@@ -40,6 +40,7 @@ from edgeprune.search.budget import Budget
 from edgeprune.search.builder import CandidateBuilder, journaled_artifact
 from edgeprune.search.choice import ACCURACY_METRICS, choose, pareto_front, quality_tolerance
 from edgeprune.search.estimate import HostEstimator
+from edgeprune.search.generator_figures import agreement_with_teacher, benchmark_generator
 from edgeprune.search.journal import JOURNAL_NAME, Journal, prepare_out_dir
 from edgeprune.search.options import FitOptions
 from edgeprune.search.recovering import RECOVERED_FOLDER, recovery_cost
@@ -136,8 +137,10 @@ def fit_task(
     for name in runtimes:
         RUNTIMES.get(name).require()  # before the teacher is trained: a missing runtime is the first thing said
     runtime = runtimes[0]  # the dense baseline's
-    if budget.min_decode_tps is not None and not isinstance(task, CausalLMTask):
-        raise UserInputError(f"--min-decode-tps is a generator's budget; task {task.name} is not a causal-lm")
+    for name in ("min_decode_tps", "max_ttft_ms"):
+        if getattr(budget, name) is not None and not isinstance(task, CausalLMTask):
+            raise UserInputError(f"--{name.replace('_', '-')} is a generator's budget; task {task.name} is not a "
+                                 "causal-lm")
     if isinstance(task, CausalLMTask) and task.attention == "auto" and any(
             profile.runner_for(name) == "native" for name in runtimes):
         # a native runner (torch-free) links no ExecuTorch LLM kernels; the caller's task is left as it was
@@ -204,12 +207,13 @@ def fit_task(
             artifact.quality = builder.artifacts.runtime_quality(artifact, "test")
             if artifact.quality.metric in ACCURACY_METRICS:
                 artifact.test_accuracy = artifact.quality.value
+            artifact.teacher_agreement = agreement_with_teacher(task, teacher.model, work / artifact.path, progress)
         timings["evaluation"] = time.perf_counter() - mark
 
         shipped = ship_files(task, work, fitted, vocabulary if fitted.vocabulary_size is not None else None,
                              baseline=dense)  # the dense baseline moves to baseline/; dense.path says so
-        if profile.endpoint.on_this_machine:
-            shipped += benchmark_generator(work, fitted.path, profile.threads, progress)
+        if pool is None:  # a lab's boards are not this fit's to hold for a generation benchmark
+            shipped += benchmark_generator(work, fitted.path, profile, progress, reachable=estimator is None)
         fits = not binding
         message = summary(fits, fitted, budget, binding, suggestions, estimated=estimator is not None,
                           stopped_early=searched.stopped_early)
@@ -249,29 +253,6 @@ def fit_task(
         elif created:  # this call made the folder and nothing in it is worth keeping
             shutil.rmtree(work, ignore_errors=True)
         raise
-
-
-def benchmark_generator(folder: Path, artifact: str, threads: int | None, progress: Progress) -> list[str]:
-    """For a KV-cached generator: time to first token, prefill and decode tokens/s, memory and KV bytes of the
-    shipped program on this machine, written beside it (generation.json, generation.md); [] for other programs.
-    Over SSH or ADB the generation benchmark is not run yet."""
-    from edgeprune.export import load_artifact
-    from edgeprune.generation.bench import benchmark_generation
-    from edgeprune.generation.runner import GeneratorFacts
-
-    facts = GeneratorFacts.of(load_artifact(folder / artifact))
-    if facts is None:
-        return []
-    context = facts.context
-    # after 128 and 1024 tokens where the context holds them (with room to decode), else half way
-    depths = tuple(d for d in (128, 1024) if d <= context - 64) or (context // 2,)
-    progress.note("benchmarking generation: time to first token, prefill and decode tokens/s")
-    result = benchmark_generation(folder / artifact, threads=threads, depths=depths)
-    write_text_atomic(folder / "generation.json", json.dumps(to_jsonable(result), indent=2))
-    write_text_atomic(folder / "generation.md", result.markdown())
-    decode = ", ".join(f"{d.tokens_per_s:.1f} tokens/s at depth {d.depth}" for d in result.decode)
-    progress.note(f"  time to first token {result.ttft_ms:.1f} ms ({result.prompt_tokens} tokens); decode {decode}")
-    return ["generation.json", "generation.md"]
 
 
 def _estimator_if_unreachable(profile: DeviceProfile, options: FitOptions, progress: Progress,
@@ -343,7 +324,6 @@ def _settings(task: Task, options: FitOptions, runtimes: tuple[str, ...], recipe
 def shared_key(task_key: str, options: FitOptions) -> str:
     """What device-independent work depends on: the task (its `cache_key`) and the options, less the per-device
     ones."""
-    import json
 
     common = dataclasses.replace(options, runtime=None, recipes=None, require_device=False, time_limit_minutes=None)
     return json.dumps([task_key, to_jsonable(common)], sort_keys=True)

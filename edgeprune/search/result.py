@@ -9,6 +9,7 @@ from typing import Any
 from edgeprune.bench.benchmark import BenchmarkResult
 from edgeprune.errors import UserInputError
 from edgeprune.export.verify import Verification
+from edgeprune.generation.bench import TeacherAgreement
 from edgeprune.importance.base import HeadScores
 from edgeprune.pruning.structure import StructurePlan
 from edgeprune.quantize.recipes import RECIPES, Recipe
@@ -77,6 +78,8 @@ class BuiltArtifact:
     predicted_latency_ms: float | None = None  # the latency model's p50, predicted just before the benchmark
     latency_basis: str = ""  # what that prediction rested on (edgeprune.search.latency.BASES)
     recovery: str = ""  # how the model was distilled before export (fit's --recover-steps); "" when it was not
+    # a generator's greedy continuations against the dense teacher's, through the program (dense and fitted only)
+    teacher_agreement: TeacherAgreement | None = None
 
     @property
     def shape(self) -> Shape:

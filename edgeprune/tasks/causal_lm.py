@@ -58,9 +58,16 @@ class CausalLMTask(TextTask):
     # the program's attention (generation/fast_attention.py): "portable", "fast", or "auto": fast where this
     # process loads ExecuTorch's LLM kernels, and portable for a device whose native runner times it (fit decides)
     attention: str = "auto"
+    # the prompt whose time to first token --max-ttft-ms limits (one prefill call); None: a whole block (max_length)
+    prompt_tokens: int | None = None
 
     def __post_init__(self) -> None:
         super().__post_init__()
+        if self.prompt_tokens is not None and (isinstance(self.prompt_tokens, bool)
+                                               or not isinstance(self.prompt_tokens, int)
+                                               or not 1 <= self.prompt_tokens <= self.max_length):
+            raise UserInputError(f"--prompt-tokens must be a whole number of tokens from 1 to --max-length "
+                                 f"{self.max_length} (the program's prefill length), got {self.prompt_tokens!r}")
         if self.context is not None and (isinstance(self.context, bool) or not isinstance(self.context, int)
                                          or self.context < self.max_length):
             raise UserInputError(f"--context must be a whole number of tokens at least --max-length "
@@ -133,6 +140,14 @@ class CausalLMTask(TextTask):
         depth = min(self.max_length, self.cache_length - 1)
         return self.example_inputs("validation", 1)[0][0][:, :1], torch.tensor([depth])
 
+    def ttft_inputs(self) -> tuple[torch.Tensor, torch.Tensor] | None:
+        """The prefill of a `prompt_tokens` prompt, timed for the time to first token; None when the prompt is a
+        whole block, whose prefill is the benchmarked forward itself."""
+        if self.prompt_tokens is None or self.prompt_tokens == self.max_length:
+            return None
+        ids, positions = self.example_inputs("validation", 1)[0]
+        return ids[:, :self.prompt_tokens], positions[:self.prompt_tokens]
+
     def teacher(self) -> Teacher:
         started = time.perf_counter()
         model = CausalLMLogits(self.load_transformer("AutoModelForCausalLM"), self.cache_length,
@@ -193,7 +208,8 @@ class CausalLMTask(TextTask):
         return f"{super().options_key()},context={self.cache_length},attention={self.program_attention}"
 
     def describe(self) -> dict[str, object]:
-        return {**super().describe(), "context": self.cache_length, "attention": self.program_attention}
+        return {**super().describe(), "context": self.cache_length, "attention": self.program_attention,
+                "prompt_tokens": self.prompt_tokens or self.max_length}
 
     def vocabulary(self) -> None:
         return None  # the output layer predicts every token; trimming the input table alone would break tied weights

@@ -1,0 +1,74 @@
+"""What fit measures of a shipped KV-cached generator beyond its perplexity: generation speed and memory on this
+machine, and how often its greedy continuations agree with the dense teacher's."""
+
+import json
+from pathlib import Path
+
+import torch
+
+from edgeprune.devices.profile import DeviceProfile
+from edgeprune.errors import VerificationError
+from edgeprune.generation.bench import TeacherAgreement
+from edgeprune.progress import Progress
+from edgeprune.serialization import to_jsonable, write_text_atomic
+from edgeprune.tasks.base import Task
+
+
+def benchmark_generator(folder: Path, artifact: str, profile: DeviceProfile, progress: Progress,
+                        reachable: bool = True) -> list[str]:
+    """For a KV-cached generator: time to first token, prefill and decode tokens/s, memory and KV bytes of the
+    shipped program, written beside it (generation.json, generation.md): on this machine in a Python process, on
+    a reachable device by its native ExecuTorch runner. [] for other programs, and for a device without one (the
+    per-candidate figures of the fit are still measured there)."""
+    from edgeprune.generation.bench import benchmark_generation
+    from edgeprune.generation.runner import generator_facts
+
+    path = folder / artifact
+    try:
+        facts, kv_cache_bytes = generator_facts(path)
+    except VerificationError:  # not a generator
+        return []
+    # after 128 and 1024 tokens where the context holds them (with room to decode), else half way
+    depths = tuple(d for d in (128, 1024) if d <= facts.context - 64) or (facts.context // 2,)
+    binary = profile.native_binaries.get("executorch") if profile.runner_for("executorch") == "native" else None
+    if profile.endpoint.on_this_machine and binary is None:
+        progress.note("benchmarking generation: time to first token, prefill and decode tokens/s")
+        result = benchmark_generation(path, threads=profile.threads, depths=depths)
+    elif reachable and binary is not None and path.suffix == ".pte":
+        from edgeprune.devices.setup import device_python
+        from edgeprune.devices.transports import open_transport
+        from edgeprune.generation.native import benchmark_generation_on
+
+        progress.note(f"benchmarking generation on {profile.name} by its native runner: time to first token, "
+                      "prefill and decode tokens/s")
+        with open_transport(profile.endpoint, device_python(profile)) as transport:
+            result = benchmark_generation_on(
+                transport, path, binary, facts, threads=profile.threads, kv_cache_bytes=kv_cache_bytes,
+                depths=depths, runs=2, device=profile.name,
+                emulated=f"emulated ({profile.emulated})" if profile.emulated else None)
+    else:
+        progress.note(f"generation benchmark not run on {profile.name}: it needs the device's native ExecuTorch "
+                      "runner (`edgeprune devices setup`); `edgeprune generate --bench --device` runs it later")
+        return []
+    write_text_atomic(folder / "generation.json", json.dumps(to_jsonable(result), indent=2))
+    write_text_atomic(folder / "generation.md", result.markdown())
+    decode = ", ".join(f"{d.tokens_per_s:.1f} tokens/s at depth {d.depth}" for d in result.decode)
+    progress.note(f"  time to first token {result.ttft_ms:.1f} ms ({result.prompt_tokens} tokens); decode {decode}")
+    return ["generation.json", "generation.md"]
+
+
+def agreement_with_teacher(task: Task, teacher: torch.nn.Module, artifact: Path,
+                           progress: Progress) -> TeacherAgreement | None:
+    """The program's greedy continuations of held-out test prompts against the teacher's (next-token agreement);
+    None for a program that is not a generator."""
+    from edgeprune.export import load_artifact
+    from edgeprune.generation.runner import Generator, GeneratorFacts, teacher_agreement
+
+    run = load_artifact(artifact)
+    if GeneratorFacts.of(run) is None:
+        return None
+    agreement = teacher_agreement(Generator(artifact, run=run), teacher, task.encode("test")["input_ids"])
+    progress.note(f"  {Path(artifact).name}: next-token agreement with the dense teacher {agreement.agreement:.1%} "
+                  f"({agreement.prompts} test prompts of {agreement.prompt_tokens} tokens, {agreement.new_tokens} "
+                  "greedy tokens each)")
+    return agreement
