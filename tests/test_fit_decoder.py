@@ -50,6 +50,8 @@ def test_a_gqa_decoder_fits_through_the_cli(gqa_fit):
     generation = json.loads((out / "generation.json").read_text())
     assert generation["context"] == 64 and generation["decode"] and generation["ttft_ms"] > 0
     assert "generation.json" in result["shipped_files"] and (out / "generation.md").exists()
+    assert result["generation"] == generation  # result.json keeps it, and report.html charts it
+    assert 'id="plot-generation"' in (out / "report.html").read_text()
     # on the host the program attends with ExecuTorch's LLM kernels (--attention auto), and is timed with them
     from edgeprune.export import load_artifact
 
@@ -153,3 +155,11 @@ def test_model_json_describes_the_generator_and_usage_md_generates_as_written(gq
     prompt = AutoTokenizer.from_pretrained(out)(EXAMPLE_PROMPT, add_special_tokens=False)["input_ids"]
     assert printed["prompt_tokens"] == len(prompt)
     assert printed["tokens"] == Generator(out / "model.pte").generate(prompt, NEW_TOKENS)
+
+
+def test_the_fit_times_decode_where_the_chart_against_context_needs_it():
+    from edgeprune.search.generator_figures import chart_depths
+
+    assert chart_depths(512) == (128, 256, 384)  # 1024 is past the context; 3/4 leaves 128 slots to decode
+    assert chart_depths(2048) == (128, 512, 1024, 1536)
+    assert chart_depths(64) == (32,)  # a context too short for any: half way

@@ -11,7 +11,7 @@ import pytest
 
 from edgeprune.importance.base import HeadScores
 from edgeprune.report import render_html
-from edgeprune.report.plots import head_scores, kept_heads, latency, pareto
+from edgeprune.report.plots import generation, head_scores, kept_heads, latency, pareto
 from edgeprune.report.plots.base import BUDGET, CHOSEN, DENSE, MUTED
 from edgeprune.report.plots.canvas import rounded
 from tests.browser import DevTools, chromium_executable, needs_chromium, pixels_near, png_pixels
@@ -176,6 +176,32 @@ def test_the_latency_chart_draws_every_sample_a_box_per_sampled_row_and_a_diamon
         "The benchmarks recorded no latency figure."
     from_fit = latency.latency_data(fit_result())
     assert len(from_fit.rows) == 4 and sum(r.chosen for r in from_fit.rows) == 1
+
+
+def test_the_generation_chart_draws_decode_speed_by_depth_and_the_kv_cache_by_context():
+    from edgeprune.generation.bench import DecodeSpeed, GenerationBenchmark
+
+    bench = GenerationBenchmark("model.pte", 2, 512, 128, 40.0, 150.0, 5,
+                                [DecodeSpeed(128, 60, 1.2), DecodeSpeed(256, 55, 1.25), DecodeSpeed(384, 50, 1.3)],
+                                300.0, 180.0, 23_592_960, "pi5-emulated", "emulated (QEMU user mode on x86_64)")
+    result = dataclasses.replace(fit_result(), generation=bench)
+    result.budget = dataclasses.replace(result.budget, min_decode_tps=30.0)
+    data = generation.generation_data(result)
+    assert data.depths == (128, 256, 384) and data.tokens_per_s == (50.0, 44.0, 50 / 1.3)
+    assert data.kv_mb_per_token == 23_592_960 / 512 / 1e6  # 46,080 bytes a token: SmolLM2's 30 layers of 3 KV heads
+    root = parse(generation.render(data))
+    (decode,) = marks(root, "decode")
+    assert "50 tokens/s at depth 128" in tooltip(decode) and len(uses(decode)) == 3
+    (kv,) = marks(root, "kv-cache")
+    assert tooltip(kv) == "46,080 bytes a token" and f"stroke: {CHOSEN}" in kv.find(f".//{SVG}path").get("style")
+    assert "the program added 180 MB to its process" == tooltip(marks(root, "program")[0])
+    assert "budget 30 tokens/s" in texts(root) and legend_texts(root) == ["KV cache (exact)", "program, measured"]
+    assert "emulated (QEMU user mode on x86_64)" in data.caption and "23.6 MB at the program's context of 512" in \
+        data.caption
+    page = render_html(result)
+    assert 'id="plot-generation"' in page
+    assert generation.generation_data(fit_result()) is None and 'id="plot-generation"' not in render_html(fit_result())
+    assert generation.figure(None).empty.startswith("No generation benchmark was run")
 
 
 def test_strings_from_the_user_are_escaped_in_the_page_and_its_figures():

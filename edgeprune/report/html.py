@@ -20,7 +20,7 @@ from markupsafe import Markup
 from edgeprune.report import tables
 from edgeprune.report.artifacts import front_names
 from edgeprune.report.facts import emulation_note, format_quality, metric_name, runtime_summary, teacher_quality
-from edgeprune.report.plots import head_scores, kept_heads, latency, pareto
+from edgeprune.report.plots import generation, head_scores, kept_heads, latency, pareto
 from edgeprune.report.plots.base import Figure
 from edgeprune.search.result import FitResult
 
@@ -70,6 +70,7 @@ def _figures(result: FitResult) -> dict[str, Figure]:
         "head_scores": head_scores.figure(head_scores.head_score_data(result.head_scores)),
         "kept_heads": kept_heads.figure(kept_heads.kept_heads_data(result.fitted)),
         "latency": latency.figure(latency.latency_data(result)),
+        "generation": generation.figure(generation.generation_data(result)),
     }
     # the plot modules escape every string they draw, so their SVG goes into the page as it is
     return {name: dataclasses.replace(figure, svg=Markup(figure.svg)) for name, figure in figures.items()}

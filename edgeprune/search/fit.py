@@ -212,8 +212,10 @@ def fit_task(
 
         shipped = ship_files(task, work, fitted, vocabulary if fitted.vocabulary_size is not None else None,
                              baseline=dense)  # the dense baseline moves to baseline/; dense.path says so
-        if pool is None:  # a lab's boards are not this fit's to hold for a generation benchmark
-            shipped += benchmark_generator(work, fitted.path, profile, progress, reachable=estimator is None)
+        # a lab's boards are not this fit's to hold for a generation benchmark
+        generation = benchmark_generator(work, fitted.path, profile, progress, estimator is None) if pool is None \
+            else None
+        shipped += ["generation.json", "generation.md"] if generation is not None else []
         fits = not binding
         message = summary(fits, fitted, budget, binding, suggestions, estimated=estimator is not None,
                           stopped_early=searched.stopped_early)
@@ -230,6 +232,7 @@ def fit_task(
             per_class_regressions=per_class_regressions(dense.quality.details, fitted.quality.details),
             shipped_files=shipped, device_profile=_profile_facts(profile), quality_tolerance=round(tolerance, 6),
             search_stopped_early=searched.stopped_early, recovery=recovery_cost(builder, fitted.shape),
+            generation=generation,
         )
         result.save(work / "result.json")
         write_text_atomic(work / "report.md", render_markdown(result))

@@ -8,17 +8,17 @@ import torch
 
 from edgeprune.devices.profile import DeviceProfile
 from edgeprune.errors import VerificationError
-from edgeprune.generation.bench import TeacherAgreement
+from edgeprune.generation.bench import GenerationBenchmark, TeacherAgreement
 from edgeprune.progress import Progress
 from edgeprune.serialization import to_jsonable, write_text_atomic
 from edgeprune.tasks.base import Task
 
 
 def benchmark_generator(folder: Path, artifact: str, profile: DeviceProfile, progress: Progress,
-                        reachable: bool = True) -> list[str]:
+                        reachable: bool = True) -> GenerationBenchmark | None:
     """For a KV-cached generator: time to first token, prefill and decode tokens/s, memory and KV bytes of the
     shipped program, written beside it (generation.json, generation.md): on this machine in a Python process, on
-    a reachable device by its native ExecuTorch runner. [] for other programs, and for a device without one (the
+    a reachable device by its native ExecuTorch runner. None for other programs, and for a device without one (the
     per-candidate figures of the fit are still measured there)."""
     from edgeprune.generation.bench import benchmark_generation
     from edgeprune.generation.runner import generator_facts
@@ -27,9 +27,8 @@ def benchmark_generator(folder: Path, artifact: str, profile: DeviceProfile, pro
     try:
         facts, kv_cache_bytes = generator_facts(path)
     except VerificationError:  # not a generator
-        return []
-    # after 128 and 1024 tokens where the context holds them (with room to decode), else half way
-    depths = tuple(d for d in (128, 1024) if d <= facts.context - 64) or (facts.context // 2,)
+        return None
+    depths = chart_depths(facts.context)
     binary = profile.native_binaries.get("executorch") if profile.runner_for("executorch") == "native" else None
     if profile.endpoint.on_this_machine and binary is None:
         progress.note("benchmarking generation: time to first token, prefill and decode tokens/s")
@@ -49,12 +48,20 @@ def benchmark_generator(folder: Path, artifact: str, profile: DeviceProfile, pro
     else:
         progress.note(f"generation benchmark not run on {profile.name}: it needs the device's native ExecuTorch "
                       "runner (`edgeprune devices setup`); `edgeprune generate --bench --device` runs it later")
-        return []
+        return None
     write_text_atomic(folder / "generation.json", json.dumps(to_jsonable(result), indent=2))
     write_text_atomic(folder / "generation.md", result.markdown())
     decode = ", ".join(f"{d.tokens_per_s:.1f} tokens/s at depth {d.depth}" for d in result.decode)
     progress.note(f"  time to first token {result.ttft_ms:.1f} ms ({result.prompt_tokens} tokens); decode {decode}")
-    return ["generation.json", "generation.md"]
+    return result
+
+
+def chart_depths(context: int) -> tuple[int, ...]:
+    """Where decode is timed, for the report's chart against context length: after 128 and 1024 tokens and at a
+    quarter, half and three quarters of the context, where the context holds them with 64 slots to decode; else
+    half way."""
+    wanted = {128, 1024, context // 4, context // 2, 3 * context // 4}
+    return tuple(sorted(d for d in wanted if 0 < d <= context - 64)) or (context // 2,)
 
 
 def agreement_with_teacher(task: Task, teacher: torch.nn.Module, artifact: Path,

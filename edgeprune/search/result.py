@@ -9,7 +9,7 @@ from typing import Any
 from edgeprune.bench.benchmark import BenchmarkResult
 from edgeprune.errors import UserInputError
 from edgeprune.export.verify import Verification
-from edgeprune.generation.bench import TeacherAgreement
+from edgeprune.generation.bench import GenerationBenchmark, TeacherAgreement
 from edgeprune.importance.base import HeadScores
 from edgeprune.pruning.structure import StructurePlan
 from edgeprune.quantize.recipes import RECIPES, Recipe
@@ -19,8 +19,9 @@ from edgeprune.search.space import Shape
 from edgeprune.serialization import from_jsonable, to_jsonable, write_json_atomic
 from edgeprune.tasks.base import Quality
 
-# 2: typed plan (StructurePlan), recipe (Recipe) and head scores (HeadScores); 3: search_stopped_early; 4: recovery
-RESULT_FORMAT_VERSION = 4
+# 2: typed plan (StructurePlan), recipe (Recipe) and head scores (HeadScores); 3: search_stopped_early; 4: recovery;
+# 5: a generator's generation benchmark and teacher agreement
+RESULT_FORMAT_VERSION = 5
 # a fit's status: every budget met as measured on the device, met on figures estimated here because the device was
 # not reachable (see `edgeprune.search.estimate`), or not met
 FIT, FIT_ESTIMATED, BUDGET_NOT_MET = "fit", "fit (estimated)", "budget_not_met"
@@ -148,6 +149,7 @@ class FitResult:
     quality_tolerance: float = 0.0  # validation qualities this close were a tie, won by the least compressed
     search_stopped_early: str | None = None  # why the search stopped before nothing could win (a time limit)
     recovery: RecoveryCost | None = None  # None in results before format 4
+    generation: GenerationBenchmark | None = None  # a shipped generator's, where one was run (generation.json)
     format_version: int = RESULT_FORMAT_VERSION  # of this schema; `load` refuses a newer one
 
     @property
