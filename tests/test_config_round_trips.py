@@ -12,6 +12,7 @@ from edgeprune.data import SplitRatios
 from edgeprune.devices import load_profile
 from edgeprune.devices.profile import DeviceProfile
 from edgeprune.errors import UserInputError
+from edgeprune.generation.bench import DecodeSpeed, GenerationBenchmark, TeacherAgreement
 from edgeprune.importance.base import HeadScores
 from edgeprune.pruning.plan import PruningPlan
 from edgeprune.pruning.structure import StructurePlan
@@ -32,6 +33,10 @@ CONFIGS = [
     Budget(max_mb=12.5, max_memory_mb=300, max_latency_ms=8, latency_percentile=90, max_energy_mj=40,
            min_quality="-1%"),
     Budget(min_quality=0.93),
+    Budget(max_mb=120, max_memory_mb=400, min_decode_tps=40, max_ttft_ms=300),
+    GenerationBenchmark("model.pte", 2, 512, 128, 40.0, 150.0, 5, [DecodeSpeed(128, 60, 1.2)], 300.0, 180.0,
+                        23_592_960, "pi5-emulated", "emulated (QEMU user mode on x86_64)"),
+    TeacherAgreement(0.8125, 8, 32, 32),
     FitOptions(),
     FitOptions(criterion="taylor", normalize="l2", compensate=False, recipes=("int8", "int4"), trim_vocabulary=True,
                ffn_fractions=(0.0, 0.5), layer_removals=(0, 1), head_step=2, quality_tolerance=0.01),
@@ -56,7 +61,8 @@ def test_every_config_round_trips_through_json(config):
 def test_the_config_list_covers_every_recipe_and_the_typed_values_fit_writes():
     assert {c.name for c in CONFIGS if isinstance(c, Recipe)} == set(RECIPES.names())
     covered = {type(c) for c in CONFIGS}
-    assert {Budget, FitOptions, BudgetCheck, Quality, Trial, Shape, Proposal, DeviceProfile} <= covered
+    assert {Budget, FitOptions, BudgetCheck, Quality, Trial, Shape, Proposal, DeviceProfile, GenerationBenchmark,
+            TeacherAgreement} <= covered
 
 
 def test_plans_and_scores_round_trip_through_their_dicts():
@@ -81,6 +87,18 @@ def test_a_fit_result_saves_and_loads_back_equal(tmp_path):
     assert loaded == result and loaded.format_version == RESULT_FORMAT_VERSION
     assert isinstance(loaded.fitted, BuiltArtifact) and isinstance(loaded.budget, Budget)
     assert [c.kind for c in loaded.fitted.checks] == ["size", "latency", "quality"]
+
+
+def test_a_generator_fit_result_saves_and_loads_back_equal(tmp_path):
+    import dataclasses
+
+    result = fit_result(Budget(max_mb=120, min_decode_tps=40, max_ttft_ms=300))
+    result.generation = next(c for c in CONFIGS if isinstance(c, GenerationBenchmark))
+    result.fitted.teacher_agreement = TeacherAgreement(0.8125, 8, 32, 32)
+    result.fitted.benchmark = dataclasses.replace(result.fitted.benchmark, decode_p50_ms=20.0, ttft_p50_ms=150.0,
+                                                  kv_unwritten_mb=17.7)
+    loaded = FitResult.load(result.save(tmp_path / "result.json"))
+    assert loaded == result and loaded.generation.decode[0].tokens_per_s == 50.0
 
 
 def in_format_1(data: dict) -> dict:
