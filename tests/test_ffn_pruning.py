@@ -90,6 +90,18 @@ def test_activation_scores_ignore_padding_and_work_through_a_classifier():
     assert all((s >= 0).all() and s.shape == (64,) for s in scores)
 
 
+def test_a_plan_on_group_multiples_keeps_widths_a_4bit_recipe_stores_in_groups():
+    rng = np.random.default_rng(0)
+    wide, narrow, odd = rng.random(1536), rng.random(64), rng.random(1000)
+    plan = plan_neurons([wide, narrow, odd], 0.3, multiple=32)
+    # 1536 × 0.7 = 1075.2 keeps 1088 (34 groups of 32: the nearest multiple); a layer under four groups wide, or
+    # of a width 32 does not divide, keeps the fraction's own count
+    assert [len(plan[layer]) for layer in range(3)] == [1536 - 1088, 19, 300]
+    assert plan[0] == sorted(np.argsort(wide, kind="stable")[:1536 - 1088].tolist())  # still the lowest scores
+    assert plan_neurons([wide], 0.25, multiple=32) == plan_neurons([wide], 0.25)  # 1152 is already on them
+    assert plan_neurons([wide], 0.01, multiple=32) == {}  # 1521 rounds back to the whole layer
+
+
 def test_global_plan_respects_the_minimum_per_layer():
     scores = [np.array([0.0, 0.1, 0.2]), np.array([5.0, 6.0, 7.0])]
     assert plan_neurons(scores, 0.5, per_layer=False, min_per_layer=1) == {0: [0, 1], 1: [0]}

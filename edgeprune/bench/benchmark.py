@@ -161,7 +161,7 @@ def benchmark_on(
     energy = data.pop("energy", {"unavailable": "the runner reported no energy"})
     result = BenchmarkResult(device=device, **data)
     if result.emulated is None and profile is not None and profile.emulated:
-        result.emulated = f"emulated ({profile.emulated})"
+        result.emulated = profile.emulation_label
     apply_energy(result, energy, profile.power if profile else None)
     return result
 

@@ -8,12 +8,12 @@ from typing import TYPE_CHECKING
 
 import click
 
-if TYPE_CHECKING:
-    from edgeprune.generation.bench import GenerationBenchmark
-
 from edgeprune.cli.common import EXIT_OK, as_args, check_output_folder, epilog, finite, output_options
 from edgeprune.cli.devices import connection_options, endpoint_from
 from edgeprune.errors import UserInputError
+
+if TYPE_CHECKING:
+    from edgeprune.generation.bench import GenerationBenchmark
 
 
 def parse_depths(text: str) -> tuple[int, ...]:
@@ -136,7 +136,7 @@ def on_device(args: SimpleNamespace) -> int:
             result = benchmark_generation_on(transport, args.artifact, binary, facts, threads=threads,
                                              kv_cache_bytes=kv_cache_bytes, prompt_tokens=args.prompt_tokens,
                                              depths=parse_depths(args.depths), runs=args.runs, device=profile.name,
-                                             emulated=f"emulated ({profile.emulated})" if profile.emulated else None)
+                                             emulated=profile.emulation_label)
             return print_benchmark(args, result)
         prompt = tokenizer(args.prompt, add_special_tokens=False)["input_ids"]
         run = generate_on(transport, args.artifact, prompt, args.max_new_tokens, threads, binary)

@@ -114,7 +114,7 @@ def probe_device(profile: DeviceProfile, endpoint: Endpoint | None = None) -> De
         problems.append(f"numpy, which the benchmark runner needs, is not installed for {python_path}")
     return DeviceReport(profile.name, label, arch, cores, ram_mb, versions.get("python"),
                         None if python_path == "missing" else python_path, versions.get("numpy"), runtimes,
-                        sensors, problems, emulated or profile.emulated and f"emulated ({profile.emulated})", tools)
+                        sensors, problems, emulated or profile.emulation_label, tools)
 
 
 def probe_tools(transport: Transport, profile: DeviceProfile) -> dict[str, str]:

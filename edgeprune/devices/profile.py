@@ -111,6 +111,12 @@ class DeviceProfile:
         return "native" if self.runner == "native" or runtime in self.native else "python"
 
     @property
+    def emulation_label(self) -> str | None:
+        """What every figure measured on an emulated device is labelled with, e.g. "emulated (QEMU user mode on
+        x86_64)"; None for a real device."""
+        return f"emulated ({self.emulated})" if self.emulated else None
+
+    @property
     def searched_runtimes(self) -> tuple[str, ...]:
         """The runtimes fit searches on this device unless told otherwise: `runtime.runtimes`, else `runtime`."""
         return self.runtimes or (self.runtime,)

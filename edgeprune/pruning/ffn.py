@@ -133,15 +133,22 @@ def neuron_statistics(model: nn.Module, batches: Iterable[Batch]) -> NeuronStati
 
 
 def plan_neurons(scores: list[np.ndarray], fraction: float, per_layer: bool = True,
-                 min_per_layer: int = 1) -> dict[int, list[int]]:
+                 min_per_layer: int = 1, multiple: int = 1) -> dict[int, list[int]]:
     """The lowest-scoring neurons to remove: `fraction` of each layer (equal widths stay equal), or of all
-    neurons chosen globally (`per_layer=False`, scores compared across layers as they are)."""
+    neurons chosen globally (`per_layer=False`, scores compared across layers as they are).
+
+    `multiple` (per layer): a layer at least four multiples wide, and a multiple of it, keeps a width on its
+    multiples (the nearest to the fraction's): a 4-bit recipe's groups of 32 input columns must divide the down
+    projection's width, or the recipe stores that linear at 8 bits."""
     if not 0 <= fraction < 1:
         raise UserInputError(f"fraction must be in [0, 1), got {fraction}")
     remove: dict[int, list[int]] = {}
     if per_layer:
         for layer, values in enumerate(scores):
             count = min(int(round(fraction * len(values))), len(values) - min_per_layer)
+            if multiple > 1 and len(values) % multiple == 0 and len(values) >= 4 * multiple and count > 0:
+                kept = max(multiple, multiple * int(round((len(values) - count) / multiple)))
+                count = len(values) - kept
             if count > 0:
                 remove[layer] = sorted(int(i) for i in np.argsort(values, kind="stable")[:count])
         return remove

@@ -44,7 +44,7 @@ def benchmark_generator(folder: Path, artifact: str, profile: DeviceProfile, pro
             result = benchmark_generation_on(
                 transport, path, binary, facts, threads=profile.threads, kv_cache_bytes=kv_cache_bytes,
                 depths=depths, runs=2, device=profile.name,
-                emulated=f"emulated ({profile.emulated})" if profile.emulated else None)
+                emulated=profile.emulation_label)
     else:
         progress.note(f"generation benchmark not run on {profile.name}: it needs the device's native ExecuTorch "
                       "runner (`edgeprune devices setup`); `edgeprune generate --bench --device` runs it later")

@@ -19,6 +19,7 @@ from edgeprune.pruning.compensation import HeadOutputMeans
 from edgeprune.pruning.ffn import NeuronStatistics, intermediate_sizes, plan_neurons
 from edgeprune.pruning.structure import StructureCompensation, StructurePlan, apply_structure, ffn_kept_from_removal
 from edgeprune.quantize import FP32_RECIPE, RECIPES, Recipe, SizeModel, fidelity_rank
+from edgeprune.quantize.recipes import INT4_GROUP
 from edgeprune.quantize.size_model import ParameterLayout, payload_bytes
 from edgeprune.quantize.vocabulary import VocabularyMap, trim_vocabulary
 from edgeprune.search.head_plans import HeadPlanner
@@ -87,7 +88,8 @@ class ShapeFacts:
         stay, the FFN neurons of highest fluctuation, the most redundant layers removed, the trimmed vocabulary."""
         ffn_kept = None
         if shape.ffn_fraction:
-            removal = plan_neurons(self.neuron_statistics().fluctuation, shape.ffn_fraction)
+            # widths on the 4-bit groups, so that no down projection of an int4 candidate stays at 8 bits
+            removal = plan_neurons(self.neuron_statistics().fluctuation, shape.ffn_fraction, multiple=INT4_GROUP)
             ffn_kept = ffn_kept_from_removal(intermediate_sizes(self.teacher), removal)
         if shape.trim_vocabulary and self.vocabulary is None:
             raise UserInputError("this task has no vocabulary to trim")
