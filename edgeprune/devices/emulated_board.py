@@ -41,6 +41,11 @@ RECIPE = {
     "user": BOARD_USER,
 }
 QEMU = "/usr/bin/qemu-aarch64-static"
+# The CPU QEMU emulates for everything the board runs (its sshd, and every session through sshd's SetEnv): a Pi 5's
+# Cortex-A76. QEMU's default, "max", also has i8mm and SVE, which no Pi has; XNNPACK then runs its i8mm kernels, and
+# under QEMU 7.2 those gave wrong prefill logits for int4 programs (SmolLM2's first greedy token wrong; one-token
+# decode steps, and every other CPU model, right: docs/FINDINGS.md).
+BOARD_CPU = "cortex-a76"
 BINFMT = Path("/proc/sys/fs/binfmt_misc")
 # the register line Debian's qemu-user-static uses; F: the kernel opens the interpreter now, so it works in a chroot
 BINFMT_ENTRY = (r":qemu-aarch64:M::\x7f\x45\x4c\x46\x02\x01\x01\x00\x00\x00\x00\x00\x00\x00\x00\x00\x02\x00\xb7\x00"
@@ -258,13 +263,14 @@ def start(port: int = DEFAULT_PORT, folder: Path | None = None, timeout_s: float
         f"Port {port}", "ListenAddress 127.0.0.1", f"HostKey /etc/ssh/{host_key}", "PidFile none",
         f"AuthorizedKeysFile /etc/ssh/{authorized}", "PubkeyAuthentication yes", "PasswordAuthentication no",
         "KbdInteractiveAuthentication no", "UsePAM no", "PermitRootLogin no", "X11Forwarding no", "PrintMotd no",
-        "LogLevel ERROR", "",
+        "LogLevel ERROR", f"SetEnv QEMU_CPU={BOARD_CPU}", "",
     ]))
     (folder / "known_hosts").write_text(f"[127.0.0.1]:{port} {' '.join(host_public.split()[:2])}\n")
     log_file = open(folder / "sshd.log", "w")  # noqa: SIM115 - sshd keeps writing to it
     process = subprocess.Popen(["chroot", str(root), "/usr/sbin/sshd", "-D", "-e", "-f",
                                 f"/etc/ssh/{config}"], stdout=log_file, stderr=subprocess.STDOUT,
-                               stdin=subprocess.DEVNULL, start_new_session=True)
+                               stdin=subprocess.DEVNULL, start_new_session=True,
+                               env={**os.environ, "QEMU_CPU": BOARD_CPU})
     log_file.close()
     board = Board(str(root), port, BOARD_USER, str(folder / "id_ed25519"), str(folder / "known_hosts"), process.pid)
     deadline = time.monotonic() + timeout_s
