@@ -41,7 +41,7 @@ class NativeGeneration:
     tokens: list[int]  # the greedy continuation of the last execution
     runs: list[GenerationRun]
     load_ms: float | None
-    peak_rss_mb: float | None  # the process's own (getrusage), the polled VmHWM where it printed none
+    peak_rss_mb: float | None  # the runner's own figure (its VmHWM), else the one polled from outside
 
 
 def generation_argv(binary: str, artifact: str, prompt_file: str, new_tokens: int, threads: int,

@@ -12,6 +12,7 @@ from edgeprune.generation.bench import GenerationBenchmark, TeacherAgreement
 from edgeprune.progress import Progress
 from edgeprune.serialization import to_jsonable, write_text_atomic
 from edgeprune.tasks.base import Task
+from edgeprune.tasks.causal_lm import CausalLMTask
 
 
 def benchmark_generator(folder: Path, artifact: str, profile: DeviceProfile, progress: Progress,
@@ -71,6 +72,8 @@ def agreement_with_teacher(task: Task, teacher: torch.nn.Module, artifact: Path,
     from edgeprune.export import load_artifact
     from edgeprune.generation.runner import Generator, GeneratorFacts, teacher_agreement
 
+    if not isinstance(task, CausalLMTask):
+        return None
     run = load_artifact(artifact)
     if GeneratorFacts.of(run) is None:
         return None

@@ -8,7 +8,8 @@
 // Inputs are raw little-endian tensors in call order, with the shapes and dtypes of the program's own
 // input metadata. Raw files carry no shape, so a file holding fewer elements than an input's upper bound (a
 // dynamic-shape program: a generator's decode step of one token) is sized by its first dimension larger than 1,
-// the token dimension of edgeprune's generators: [1, 16] with one token's bytes runs as [1, 1]. Two additions: --output_dir=D writes every output tensor as output_<i>.bin (raw, the
+// the token dimension of edgeprune's generators: [1, 16] with one token's bytes runs as [1, 1].
+// Two additions: --output_dir=D writes every output tensor as output_<i>.bin (raw, the
 // output's dtype) after the last execution, and --list_backends prints the backends and kernel count that
 // registered when the libraries loaded (what setup checks).
 //
