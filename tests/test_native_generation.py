@@ -58,11 +58,9 @@ def test_the_runner_generates_the_python_runtimes_greedy_tokens(runner, generato
     assert len(parse_generation(done.stderr + done.stdout).tokens) == CONTEXT - len(PROMPT)
 
 
-def test_the_runner_stops_at_the_programs_eos(runner, tmp_path):
-    (tmp_path / "a").mkdir()
-    (tmp_path / "b").mkdir()
-    first = Generator(export_generator(tmp_path / "a")).generate(PROMPT, 8, stop_at_eos=False)
-    pte = export_generator(tmp_path / "b", eos=first[3])  # the same weights; the 4th new token is now EOS
+def test_the_runner_stops_at_the_programs_eos(runner, generator, tmp_path):
+    first = Generator(generator).generate(PROMPT, 8, stop_at_eos=False)
+    pte = export_generator(tmp_path, eos=first[3])  # the same weights; the 4th new token is now EOS
     expected = first[:first.index(first[3]) + 1]
     done = run_runner(runner, pte, PROMPT, tmp_path, "--generate=8")
     assert done.returncode == 0, done.stderr

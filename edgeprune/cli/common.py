@@ -241,10 +241,7 @@ def build_task(args: SimpleNamespace):  # noqa: ANN201 - a Task
     if args.model is not None:  # a folder, or a Hugging Face model id in the local cache (resolved offline)
         args.model = model_folder(args.model)
     progress = Progress(enabled=not args.quiet)
-    if args.quiet:
-        from transformers.utils import logging as transformers_logging
-
-        transformers_logging.disable_progress_bar()
+    quiet_libraries(args)
     data = getattr(args, "data", None)
     ratios = getattr(args, "split", None) or SplitRatios()
     if data is None:
@@ -263,6 +260,14 @@ def build_task(args: SimpleNamespace):  # noqa: ANN201 - a Task
     return make_task(kind, args.model, data, text_column=args.text_column, label_column=args.label_column,
                      data_format=args.data_format, max_length=args.max_length, ratios=ratios, seed=args.seed,
                      head=args.head, progress=progress, **extra)
+
+
+def quiet_libraries(args: SimpleNamespace) -> None:
+    """With --quiet, the libraries' own progress bars too (transformers', as it reads a GGUF file or a dataset)."""
+    if getattr(args, "quiet", False):
+        from transformers.utils import logging as transformers_logging
+
+        transformers_logging.disable_progress_bar()
 
 
 def context_option(args: SimpleNamespace, kind: str) -> dict[str, Any]:

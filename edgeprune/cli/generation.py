@@ -125,7 +125,7 @@ def on_device(args: SimpleNamespace) -> int:
         check_output_folder(args.out, empty=False)
     tokenizer = None if args.bench else load_tokenizer(args.tokenizer or args.artifact.parent)
     with library_output_hidden():
-        facts, kv_cache_bytes = generator_facts(args.artifact)
+        facts = generator_facts(args.artifact)
     threads = args.threads or profile.threads
     from edgeprune.devices.setup import device_python
 
@@ -134,7 +134,7 @@ def on_device(args: SimpleNamespace) -> int:
         transport.workdir  # noqa: B018 - connect now: an unreachable device fails before anything is pushed
         if args.bench:
             result = benchmark_generation_on(transport, args.artifact, binary, facts, threads=threads,
-                                             kv_cache_bytes=kv_cache_bytes, prompt_tokens=args.prompt_tokens,
+                                             prompt_tokens=args.prompt_tokens,
                                              depths=parse_depths(args.depths), runs=args.runs, device=profile.name,
                                              emulated=profile.emulation_label)
             return print_benchmark(args, result)

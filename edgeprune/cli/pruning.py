@@ -4,6 +4,7 @@ import json
 import math
 from pathlib import Path
 from types import SimpleNamespace
+from typing import TYPE_CHECKING
 
 import click
 
@@ -16,11 +17,17 @@ from edgeprune.cli.common import (
     finite,
     output_options,
     parse_json,
+    quiet_libraries,
     read_json,
     task_from,
     task_options,
 )
 from edgeprune.errors import UserInputError
+
+if TYPE_CHECKING:
+    from torch import nn
+
+    from edgeprune.pruning import PruningPlan
 from edgeprune.importance import CRITERIA, default_scoring
 from edgeprune.importance.base import NORMALIZATIONS
 from edgeprune.pruning import STRATEGIES
@@ -130,7 +137,7 @@ def run_prune(args: SimpleNamespace) -> int:
     from edgeprune.pruning import Constraints, PruningPlan, SelectionAmount, plan_heads, prune
     from edgeprune.search.scoring import scoring_decision
     from edgeprune.serialization import write_json_atomic
-    from edgeprune.tasks import minilm_model_path
+    from edgeprune.tasks import bundled_model_path
     from edgeprune.tasks.compatibility import check_model_folder
 
     if sum(value is not None for value in (args.plan, args.scores, args.joint_parameters, args.joint_ratio)) != 1:
@@ -139,7 +146,9 @@ def run_prune(args: SimpleNamespace) -> int:
     if args.joint_ratio is not None and not 0 < args.joint_ratio < 1:
         raise UserInputError(f"--ratio must be between 0 and 1 (a fraction of the heads' and FFN's parameters), "
                              f"got {args.joint_ratio:g}")
-    model_path = minilm_model_path() if args.model is None else model_folder(args.model)  # or a cached HF id
+    quiet_libraries(args)  # the bundled SmolLM2 is dequantized on first use, before the task is built
+    # the bundled task's model (MiniLM, or SmolLM2 for smollm2-bbc), or a folder or a cached Hugging Face id
+    model_path = bundled_model_path(args.task) if args.model is None else model_folder(args.model)
     check_model_folder(model_path)
     check_output_folder(args.out)
     if args.plan_out is not None:
@@ -162,9 +171,13 @@ def run_prune(args: SimpleNamespace) -> int:
     model = load(model_path)
     choice = default_scoring(model)
     if args.plan is None:
+        # with the model's grouped-query layout: removals snap to whole KV groups or the same number per group
+        constraints = Constraints.for_model(model, args.min_heads_per_layer, args.heads_multiple)
         decision = scoring_decision(scores)  # scores chosen by measurement carry their normalization
         normalize = args.normalize or (decision.choice.normalize if decision else choice.normalize)
         plan = plan_heads(args.strategy, scores.normalize_per_layer(normalize), amount, constraints)
+    else:
+        check_grouped_query(model, plan)
     compensate = choice.compensate if args.compensate is None else args.compensate
     batches = calibration_inputs(args) if compensate else None
     model = prune(model, plan, batches, compensate=compensate)
@@ -178,6 +191,18 @@ def run_prune(args: SimpleNamespace) -> int:
     how = "their mean outputs folded into the output bias" if compensate else "removed outright"
     print(f"removed {plan.heads_removed} of {sum(plan.num_heads)} heads ({how}); wrote {args.out}")
     return EXIT_OK
+
+
+def check_grouped_query(model: "nn.Module", plan: "PruningPlan") -> None:
+    """A plan (`--plan`) that would break a grouped-query layer is refused in one line, before any surgery."""
+    from edgeprune.models import adapter_for
+    from edgeprune.models.llama import gqa_removal_is_valid
+
+    for block, kept in zip(adapter_for(model).attention_blocks(model), plan.kept_heads, strict=False):
+        removed = [position for position, dense in enumerate(block.original_heads) if dense not in kept]
+        reason = gqa_removal_is_valid(block.num_heads, block.num_kv_heads, removed) if removed else None
+        if reason:
+            raise UserInputError(f"the plan does not fit this grouped-query model: layer {block.layer}: {reason}")
 
 
 def run_joint_prune(args: SimpleNamespace, model_path: Path) -> int:

@@ -42,6 +42,7 @@ class GeneratorSpec:
     kv_bytes_per_token: int
     eos_ids: list[int] = field(default_factory=list)
     bos_id: int | None = None
+    vocab_size: int | None = None  # None in a model.json written before it was recorded
 
 
 @dataclass
@@ -119,13 +120,15 @@ def generator_spec(constants: dict[str, Any]) -> GeneratorSpec | None:
     """The generator facts of a program's constant methods; None when it is not a KV-cached generator."""
     if not constants.get("use_kv_cache"):
         return None
-    context = int(constants["get_max_context_len"])
+    prefill = int(constants["get_max_seq_len"])
+    context = int(constants.get("get_max_context_len", prefill))  # ExecuTorch's runner defaults it so too
     cache = int(constants.get("get_kv_cache_bytes", 0))
     eos = constants.get("get_eos_ids", [])
-    return GeneratorSpec(context, int(constants["get_max_seq_len"]),
-                         "fast" if constants.get("use_sdpa_with_kv_cache") else "portable", cache, cache // context,
-                         [int(e) for e in (eos if isinstance(eos, list) else [eos])],
-                         None if constants.get("get_bos_id") is None else int(constants["get_bos_id"]))
+    vocab = constants.get("get_vocab_size")
+    return GeneratorSpec(context, prefill, "fast" if constants.get("use_sdpa_with_kv_cache") else "portable", cache,
+                         cache // context, [int(e) for e in (eos if isinstance(eos, list) else [eos])],
+                         None if constants.get("get_bos_id") is None else int(constants["get_bos_id"]),
+                         None if vocab is None else int(vocab))
 
 
 def manifest_beside(path: Path) -> tuple[ModelManifest | None, str]:

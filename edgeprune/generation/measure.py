@@ -49,7 +49,8 @@ def main(argv: list[str] | None = None) -> int:
     load_ms = (time.perf_counter() - started) * 1e3
     facts = generator.facts
     prompt_tokens = min(args.prompt_tokens, facts.max_seq_len, facts.context - 1)
-    tokens = torch.randint(0, facts.vocab_size, (facts.context,), generator=torch.Generator().manual_seed(0)).tolist()
+    seeded = torch.Generator().manual_seed(0)
+    tokens = torch.randint(0, facts.vocab_size or 2, (facts.context,), generator=seeded).tolist()
     prompt = tokens[:prompt_tokens]
 
     def first_token() -> None:

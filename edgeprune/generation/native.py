@@ -14,8 +14,8 @@ import numpy as np
 from edgeprune.bench.native_run import place_binary, run_tool
 from edgeprune.devices.transports.base import Transport
 from edgeprune.errors import EdgepruneError, UserInputError
+from edgeprune.export.manifest import GeneratorSpec
 from edgeprune.generation.bench import DecodeSpeed, GenerationBenchmark
-from edgeprune.generation.runner import GeneratorFacts
 
 NUMBER = r"\d+(?:\.\d*)?(?:[eE][-+]?\d+)?"
 LOADED = re.compile(rf"Model loaded in ({NUMBER}) ms")
@@ -88,8 +88,8 @@ def generate_on(transport: Transport, artifact: Path, prompt: Sequence[int], new
     return parsed
 
 
-def benchmark_generation_on(transport: Transport, artifact: Path, binary: str, facts: GeneratorFacts, *,
-                            threads: int, kv_cache_bytes: int | None, prompt_tokens: int = 128,
+def benchmark_generation_on(transport: Transport, artifact: Path, binary: str, facts: GeneratorSpec, *,
+                            threads: int, prompt_tokens: int = 128,
                             depths: tuple[int, ...] = (128, 1024), runs: int = 3, device: str = "host",
                             emulated: str | None = None, timeout_s: float = 600.0) -> GenerationBenchmark:
     """Time to first token for a `prompt_tokens` prompt and decode tokens/s at each depth on the device, by the
@@ -100,7 +100,7 @@ def benchmark_generation_on(transport: Transport, artifact: Path, binary: str, f
     if runs < 1 or prompt_tokens < 1 or any(d < 0 for d in depths):
         raise UserInputError("--runs and --prompt-tokens must be at least 1, depths at least 0")
     context = facts.context
-    ids = np.random.default_rng(0).integers(0, facts.vocab_size, size=context).tolist()
+    ids = np.random.default_rng(0).integers(0, facts.vocab_size or 2, size=context).tolist()
     prompt_tokens = min(prompt_tokens, facts.max_seq_len, context - 1)
     first = generate_on(transport, artifact, ids[:prompt_tokens], 1, threads, binary, executions=1 + runs,
                         ignore_eos=True, timeout_s=timeout_s)
@@ -119,4 +119,4 @@ def benchmark_generation_on(transport: Transport, artifact: Path, binary: str, f
     # the runner's process is the app (no interpreter or torch in it), so all of its peak is the program's
     return GenerationBenchmark(str(artifact), threads, context, prompt_tokens, round(first.load_ms or 0.0, 2),
                                round(statistics.median(r.prefill_ms for r in timed), 3), len(timed), decode, peak,
-                               peak, kv_cache_bytes, device, emulated)
+                               peak, facts.kv_cache_bytes or None, device, emulated)

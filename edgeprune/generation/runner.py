@@ -2,48 +2,31 @@
 a time against the cache the program keeps between calls; greedy, as a verification needs it reproducible."""
 
 from collections.abc import Iterator, Sequence
-from dataclasses import dataclass
 from pathlib import Path
 
 import torch
 
 from edgeprune.errors import UserInputError, VerificationError
 from edgeprune.export import load_artifact
+from edgeprune.export.manifest import GeneratorSpec, generator_spec
 from edgeprune.generation.bench import TeacherAgreement
 
 
-@dataclass(frozen=True)
-class GeneratorFacts:
-    """What the program says about itself (its constant methods)."""
-
-    max_seq_len: int  # tokens one forward takes (the prefill chunk)
-    context: int  # KV-cache slots: prompt plus generated tokens
-    vocab_size: int
-    eos_ids: tuple[int, ...]
-    bos_id: int | None
-
-    @classmethod
-    def of(cls, run: object) -> "GeneratorFacts | None":
-        """The facts of a loaded program (`load_artifact`), or None when it is not a KV-cached generator."""
-        constants = getattr(run, "constants", None)
-        values = constants() if constants else {}
-        if not values.get("use_kv_cache"):
-            return None
-        eos = values.get("get_eos_ids", [])
-        prefill = int(values["get_max_seq_len"])
-        return cls(prefill, int(values.get("get_max_context_len", prefill)), int(values["get_vocab_size"]),
-                   tuple(int(e) for e in (eos if isinstance(eos, list) else [eos])), values.get("get_bos_id"))
+def program_generator(run: object) -> GeneratorSpec | None:
+    """A loaded program's (`load_artifact`) generator facts, from its constant methods: what model.json records;
+    None when it is not a KV-cached generator."""
+    constants = getattr(run, "constants", None)
+    return generator_spec(constants() if constants else {})
 
 
-def generator_facts(path: Path) -> tuple[GeneratorFacts, int | None]:
-    """The facts of the generator at `path` and its KV cache's bytes at the full context (None where the program
-    does not say), read here without running it; VerificationError when it is not a generator."""
-    run = load_artifact(Path(path))
-    facts = GeneratorFacts.of(run)
+def generator_facts(path: Path) -> GeneratorSpec:
+    """The facts of the generator at `path`, read here without running it; VerificationError when it is not a
+    generator."""
+    facts = program_generator(load_artifact(Path(path)))
     if facts is None:
         raise VerificationError(f"{path} is not a KV-cached generator (it has no use_kv_cache method); fit or export "
                                 "a causal-lm task to make one")
-    return facts, run.constants().get("get_kv_cache_bytes")
+    return facts
 
 
 class Generator:
@@ -54,7 +37,7 @@ class Generator:
         """`run`: the program at `path` already loaded (`load_artifact`), else it is loaded here."""
         self.path = Path(path)
         self.run = run if run is not None else load_artifact(self.path, threads)
-        facts = GeneratorFacts.of(self.run)
+        facts = program_generator(self.run)
         if facts is None:
             raise VerificationError(f"{self.path} is not a KV-cached generator (it has no use_kv_cache method); "
                                     "fit or export a causal-lm task to make one")
@@ -62,8 +45,9 @@ class Generator:
 
     def forward(self, tokens: Sequence[int], start: int) -> torch.Tensor:
         """Logits `[len(tokens), vocab]` of `tokens` at positions start.., chunked to the program's length."""
-        if any(not 0 <= token < self.facts.vocab_size for token in tokens):
-            raise UserInputError(f"token ids {sorted({t for t in tokens if not 0 <= t < self.facts.vocab_size})[:5]} "
+        vocab = self.facts.vocab_size
+        if vocab is not None and any(not 0 <= token < vocab for token in tokens):
+            raise UserInputError(f"token ids {sorted({t for t in tokens if not 0 <= t < vocab})[:5]} "
                                  f"are outside the generator's vocabulary of {self.facts.vocab_size}: is the "
                                  "tokenizer the model's?")
         if start + len(tokens) > self.facts.context:

@@ -112,10 +112,8 @@ def removable_units(model: nn.Module, head_scores: HeadScores, neurons: NeuronSt
     if len(feed_forwards) != len(blocks):
         raise UserInputError("a joint plan needs one FFN block per attention layer")
     units: list[Unit] = []
+    check_not_grouped_query(model)
     for block in blocks:
-        if block.num_kv_heads != block.num_heads:
-            raise UserInputError("joint head and FFN plans of grouped-query models are not built yet; plan heads "
-                                 "(whole KV groups) and FFN widths separately")
         if block.original_heads != tuple(range(block.num_heads)):
             raise UserInputError("plan_joint needs the dense model (this one has heads removed already)")
         per_head = adapter.removed_parameter_count(model, block.layer, [0])  # heads own equal parameters (MHA)
@@ -147,9 +145,18 @@ def prune_jointly(model: nn.Module, batches: list[dict], parameters: int, min_he
     return plan
 
 
+def check_not_grouped_query(model: nn.Module) -> None:
+    """A joint plan ranks heads one by one: a grouped-query model's KV group would have to go together."""
+    if any(block.num_kv_heads != block.num_heads for block in adapter_for(model).attention_blocks(model)):
+        raise UserInputError("joint head and FFN plans (--params, --ratio) of grouped-query models are not built "
+                             "yet; plan heads with `edgeprune score` and `prune --scores` (whole KV groups or the "
+                             "same number from every group)")
+
+
 def prunable_parameters(model: nn.Module) -> int:
     """The parameters a joint plan ranks: those every head and every FFN neuron of the dense `model` owns (what
     `prune --ratio` takes a fraction of)."""
+    check_not_grouped_query(model)
     adapter = adapter_for(model)
     heads = sum(block.num_heads * adapter.removed_parameter_count(model, block.layer, [0])
                 for block in adapter.attention_blocks(model))

@@ -138,8 +138,9 @@ class ArtifactBuilder:
         """The KV-cache MB a generator's timed calls (a prefill up to the step's depth, the step) did not write."""
         from edgeprune.generation.runner import generator_facts
 
-        facts, kv_bytes = generator_facts(self.work / artifact.path)
-        if kv_bytes is None:
+        facts = generator_facts(self.work / artifact.path)
+        kv_bytes = facts.kv_cache_bytes
+        if not kv_bytes:  # a program that does not say
             return None
         written = min(int(step_inputs[1][-1]) + 1, facts.context)
         return round(kv_bytes * (facts.context - written) / facts.context / 1e6, 3)

