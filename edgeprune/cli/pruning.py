@@ -4,7 +4,6 @@ import json
 import math
 from pathlib import Path
 from types import SimpleNamespace
-from typing import TYPE_CHECKING
 
 import click
 
@@ -23,11 +22,6 @@ from edgeprune.cli.common import (
     task_options,
 )
 from edgeprune.errors import UserInputError
-
-if TYPE_CHECKING:
-    from torch import nn
-
-    from edgeprune.pruning import PruningPlan
 from edgeprune.importance import CRITERIA, default_scoring
 from edgeprune.importance.base import NORMALIZATIONS
 from edgeprune.pruning import STRATEGIES
@@ -135,6 +129,7 @@ def run_prune(args: SimpleNamespace) -> int:
     from edgeprune.models.hub import model_folder
     from edgeprune.models.io import load, save
     from edgeprune.pruning import Constraints, PruningPlan, SelectionAmount, plan_heads, prune
+    from edgeprune.pruning.surgery import check_removal
     from edgeprune.search.scoring import scoring_decision
     from edgeprune.serialization import write_json_atomic
     from edgeprune.tasks import bundled_model_path
@@ -176,8 +171,7 @@ def run_prune(args: SimpleNamespace) -> int:
         decision = scoring_decision(scores)  # scores chosen by measurement carry their normalization
         normalize = args.normalize or (decision.choice.normalize if decision else choice.normalize)
         plan = plan_heads(args.strategy, scores.normalize_per_layer(normalize), amount, constraints)
-    else:
-        check_grouped_query(model, plan)
+    check_removal(model, plan.removed_heads)  # a plan that does not fit: one line, before anything runs
     compensate = choice.compensate if args.compensate is None else args.compensate
     batches = calibration_inputs(args) if compensate else None
     model = prune(model, plan, batches, compensate=compensate)
@@ -191,18 +185,6 @@ def run_prune(args: SimpleNamespace) -> int:
     how = "their mean outputs folded into the output bias" if compensate else "removed outright"
     print(f"removed {plan.heads_removed} of {sum(plan.num_heads)} heads ({how}); wrote {args.out}")
     return EXIT_OK
-
-
-def check_grouped_query(model: "nn.Module", plan: "PruningPlan") -> None:
-    """A plan (`--plan`) that would break a grouped-query layer is refused in one line, before any surgery."""
-    from edgeprune.models import adapter_for
-    from edgeprune.models.llama import gqa_removal_is_valid
-
-    for block, kept in zip(adapter_for(model).attention_blocks(model), plan.kept_heads, strict=False):
-        removed = [position for position, dense in enumerate(block.original_heads) if dense not in kept]
-        reason = gqa_removal_is_valid(block.num_heads, block.num_kv_heads, removed) if removed else None
-        if reason:
-            raise UserInputError(f"the plan does not fit this grouped-query model: layer {block.layer}: {reason}")
 
 
 def run_joint_prune(args: SimpleNamespace, model_path: Path) -> int:

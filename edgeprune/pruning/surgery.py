@@ -7,6 +7,7 @@ from torch import nn
 
 from edgeprune.errors import UserInputError
 from edgeprune.models import adapter_for
+from edgeprune.models.llama import gqa_removal_is_valid
 from edgeprune.pruning.compensation import HeadOutputMeans, fold_head_means, measure_head_means
 from edgeprune.pruning.plan import PruningPlan
 
@@ -33,13 +34,7 @@ def prune_heads(model: nn.Module, remove: dict[int, list[int]], compensate: Comp
     """
     adapter = adapter_for(model)
     blocks = adapter.attention_blocks(model)
-    for layer, heads in remove.items():
-        if not 0 <= layer < len(blocks):
-            raise UserInputError(f"layer {layer} does not exist; the model has layers 0..{len(blocks) - 1}")
-        original = blocks[layer].original_heads
-        missing = sorted(set(heads) - set(original))
-        if missing:
-            raise UserInputError(f"layer {layer}: heads {missing} are not in the model (present: {list(original)})")
+    check_removal(model, remove)  # before any surgery: nothing is half cut
     means = _head_means(model, compensate)
     for layer, heads in remove.items():
         positions = [blocks[layer].original_heads.index(h) for h in sorted(set(heads))]
@@ -47,6 +42,25 @@ def prune_heads(model: nn.Module, remove: dict[int, list[int]], compensate: Comp
             fold_head_means(adapter, model, layer, positions, means)
         adapter.remove_heads(model, layer, positions)
     return model
+
+
+def check_removal(model: nn.Module, remove: Mapping[int, Iterable[int]]) -> None:
+    """UserInputError unless the model can lose these heads (per layer, indices into its dense heads): the layers
+    and heads exist, and a grouped-query layer loses whole KV groups or the same number from every group."""
+    blocks = adapter_for(model).attention_blocks(model)
+    for layer, heads in remove.items():
+        if not 0 <= layer < len(blocks):
+            raise UserInputError(f"layer {layer} does not exist; the model has layers 0..{len(blocks) - 1}")
+        block = blocks[layer]
+        missing = sorted(set(heads) - set(block.original_heads))
+        if missing:
+            raise UserInputError(f"layer {layer}: heads {missing} are not in the model (present: "
+                                 f"{list(block.original_heads)})")
+        positions = [block.original_heads.index(h) for h in sorted(set(heads))]
+        reason = gqa_removal_is_valid(block.num_heads, block.num_kv_heads, positions) \
+            if positions and block.num_kv_heads != block.num_heads else None
+        if reason:
+            raise UserInputError(f"the plan does not fit this grouped-query model: layer {layer}: {reason}")
 
 
 def apply_plan(model: nn.Module, plan: PruningPlan, compensation: Compensation | None = None) -> nn.Module:
