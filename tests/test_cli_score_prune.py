@@ -101,14 +101,17 @@ def test_score_and_prune_of_the_bundled_decoder_task_work_on_its_own_model(tmp_p
         assert gqa_removal_is_valid(9, 3, removed) is None
 
 
-def test_a_plan_that_breaks_a_grouped_query_layer_is_one_line(tmp_path, capsys):
+def test_a_plan_that_breaks_a_grouped_query_layer_is_one_line(tmp_path):
+    import subprocess
+    import sys
+
     from tests._byo import tiny_llama_dir
 
     model = tiny_llama_dir(tmp_path / "llama", heads=4, kv_heads=2, layers=2)
     plan = tmp_path / "plan.json"
     plan.write_text(json.dumps({"num_heads": [4, 4], "kept_heads": [[1, 2, 3], [0, 1, 2, 3]]}))  # half a group
-    code = main(["prune", "--model", str(model), "--plan", str(plan), "--no-compensate", "--out",
-                 str(tmp_path / "out")])
-    err = capsys.readouterr().err
-    assert code == 2 and len(err.strip().splitlines()) == 1 and not (tmp_path / "out").exists()
-    assert "the plan does not fit this grouped-query model: layer 0:" in err
+    done = subprocess.run([sys.executable, "-m", "edgeprune", "prune", "--model", str(model), "--plan", str(plan),
+                           "--no-compensate", "--out", str(tmp_path / "out")], capture_output=True, text=True)
+    assert done.returncode == 2 and len(done.stderr.strip().splitlines()) == 1, done.stderr
+    assert done.stderr.startswith("edgeprune: error: layer 0: removing query heads [0] takes [1, 0] heads")
+    assert not (tmp_path / "out").exists()

@@ -60,7 +60,7 @@ def check_removal(model: nn.Module, remove: Mapping[int, Iterable[int]]) -> None
         reason = gqa_removal_is_valid(block.num_heads, block.num_kv_heads, positions) \
             if positions and block.num_kv_heads != block.num_heads else None
         if reason:
-            raise UserInputError(f"the plan does not fit this grouped-query model: layer {layer}: {reason}")
+            raise UserInputError(f"layer {layer}: {reason}")
 
 
 def apply_plan(model: nn.Module, plan: PruningPlan, compensation: Compensation | None = None) -> nn.Module:
