@@ -209,13 +209,10 @@ def test_bench_runs_a_pte_on_the_board_with_the_runner_setup_built(provisioned, 
     assert f"**{LABEL}**" in markdown and "executor_runner" in markdown
 
 
-def test_the_pte_gives_on_the_arm64_board_what_it_gives_here(provisioned, profiles, artifacts, tmp_path, request):
-    from executorch.runtime import Runtime
-
+def board_output(provisioned, pte: Path, inputs: tuple, tmp_path: Path) -> np.ndarray:
+    """The program's first output (float32, flat) from the board's native runner on raw `inputs`."""
     from edgeprune.devices.transports import open_transport
 
-    pte = artifacts[".pte"]
-    inputs = artifacts["inputs"]
     profile = load_profile("pi5-emulated")
     with open_transport(profile.endpoint, provisioned.env_python) as transport:
         files = []
@@ -227,6 +224,15 @@ def test_the_pte_gives_on_the_arm64_board_what_it_gives_here(provisioned, profil
                               f"--inputs={','.join(files)}", f"--output_dir={transport.workdir}"], timeout_s=600)
         assert done.exit_code == 0, done.stderr
         got = np.fromfile(transport.fetch("output_0.bin", tmp_path / "board_output.bin"), dtype=np.float32)
+    return got
+
+
+def test_the_pte_gives_on_the_arm64_board_what_it_gives_here(provisioned, profiles, artifacts, tmp_path, request):
+    from executorch.runtime import Runtime
+
+    pte = artifacts[".pte"]
+    inputs = artifacts["inputs"]
+    got = board_output(provisioned, pte, inputs, tmp_path)
     expected = Runtime.get().load_program(str(pte)).load_method("forward").execute(list(inputs))[0].numpy()
     # aarch64 XNNPACK kernels (NEON, other accumulation order) against x86's: equal to rounding
     difference = float(np.abs(got - expected.ravel()).max())
@@ -254,23 +260,12 @@ def test_a_4bit_generators_prefill_gives_on_the_board_what_it_gives_here(provisi
     Cortex-A76 (QEMU's default model's i8mm kernels gave wrong logits here)."""
     from executorch.runtime import Runtime
 
-    from edgeprune.devices.transports import open_transport
     from tests.test_generation import PREFILL, tiny_decoder
 
     assert on_board(board, "echo $QEMU_CPU").stdout.strip() == emulated_board.BOARD_CPU
     example = (torch.arange(PREFILL)[None] * 7 % 90 + 3, torch.arange(PREFILL))
     pte = export(tiny_decoder(), example, tmp_path / "int4.pte", "int4-linear", verify_on=[example]).path
-    profile = load_profile("pi5-emulated")
-    with open_transport(profile.endpoint, provisioned.env_python) as transport:
-        files = []
-        for index, tensor in enumerate(example):
-            tensor.numpy().tofile(tmp_path / f"input_{index}.bin")
-            files.append(transport.push(tmp_path / f"input_{index}.bin"))
-        remote = transport.push(pte)
-        done = transport.run([profile.native_binaries["executorch"], f"--model_path={remote}", "--cpu_threads=1",
-                              f"--inputs={','.join(files)}", f"--output_dir={transport.workdir}"], timeout_s=600)
-        assert done.exit_code == 0, done.stderr
-        got = np.fromfile(transport.fetch("output_0.bin", tmp_path / "board_output.bin"), dtype=np.float32)
+    got = board_output(provisioned, pte, example, tmp_path)
     expected = Runtime.get().load_program(str(pte)).load_method("forward").execute(list(example))[0].numpy().ravel()
     cosine = float(got @ expected / (np.linalg.norm(got) * np.linalg.norm(expected)))
     show(request, f"a 4-bit prefill on aarch64 against x86: cosine {cosine:.6f}")
