@@ -108,11 +108,34 @@ def litert_runner(artifact: str, inputs: list, threads: int):  # noqa: ANN201 - 
     except ImportError:
         from tflite_runtime.interpreter import Interpreter
     yield
-    runner = Interpreter(artifact, num_threads=threads).get_signature_runner()
+    interpreter = Interpreter(artifact, num_threads=threads)
+    if {"prefill", "decode"} <= set(interpreter.get_signature_list()):
+        runner, feed = generator_call(interpreter, inputs)
+        yield lambda: runner(**feed)
+        return
+    runner = interpreter.get_signature_runner()
     details = runner.get_input_details()
     names = sorted(details, key=lambda name: int(name.rsplit("_", 1)[-1]))
     feed = {name: array.astype(details[name]["dtype"]) for name, array in zip(names, inputs, strict=True)}
     yield lambda: runner(**feed)
+
+
+def generator_call(interpreter, inputs: list):  # noqa: ANN001, ANN201 - a LiteRT Interpreter; (runner, feed)
+    """The call of a LiteRT generator (edgeprune/export/litert_generator.py) that `inputs` (token ids [1, S] and their
+    positions) make: `decode` for one token, else `prefill`, whose fixed length the ids are padded to (as an app
+    pads a shorter prompt); the KV cache passed in is zeros (its values cost nothing to attend)."""
+    import numpy as np
+
+    ids, positions = inputs
+    runner = interpreter.get_signature_runner("decode" if ids.shape[-1] == 1 else "prefill")
+    details = runner.get_input_details()
+    length = int(details["input_ids"]["shape"][-1])
+    padded = np.zeros((1, length), dtype=details["input_ids"]["dtype"])
+    padded[0, :ids.shape[-1]] = ids.reshape(-1)[:length]
+    start = int(positions.reshape(-1)[0])
+    feed = {name: np.zeros(detail["shape"], detail["dtype"]) for name, detail in details.items()}
+    feed.update(input_ids=padded, input_pos=np.arange(start, start + length, dtype=details["input_pos"]["dtype"]))
+    return runner, feed
 
 
 # each runtime's runner by the name edgeprune's runtime descriptors use (edgeprune/runtimes/): this script runs on

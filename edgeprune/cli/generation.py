@@ -45,8 +45,8 @@ def parse_depths(text: str) -> tuple[int, ...]:
               "decode is timed (depths the context cannot hold are left out)")
 @click.option("--threads", type=int, help="default: every core here, the profile's threads on a --device")
 @click.option("--device", envvar="EDGEPRUNE_DEVICE", help="generate (or --bench) on this device profile's board, "
-              "by the native ExecuTorch runner `devices setup` builds there (env EDGEPRUNE_DEVICE); default: here, "
-              "by ExecuTorch's Python runtime")
+              "by the native ExecuTorch runner `devices setup` builds there (env EDGEPRUNE_DEVICE; .pte only); "
+              "default: here, by the runtime's Python API (ExecuTorch or LiteRT)")
 @click.option("--binary", metavar="PATH", help="the native ExecuTorch runner to generate with: a path on the device, "
               "or a local build to push (default: the profile's)")
 @click.option("--runs", type=int, default=3, show_default=True, help="--bench on a --device: timed generations "
@@ -58,7 +58,7 @@ def parse_depths(text: str) -> tuple[int, ...]:
 @connection_options
 @output_options
 def generate_command(**values: object) -> int:
-    """Continue a prompt with a KV-cached generator (a causal-lm fit's model.pte), or benchmark it."""
+    """Continue a prompt with a KV-cached generator (a causal-lm fit's model.pte or model.tflite), or benchmark it."""
     return run_generate(as_args(values))
 
 

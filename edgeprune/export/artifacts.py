@@ -105,6 +105,10 @@ def export(
     """
     recipe = RECIPES.get(recipe) if isinstance(recipe, str) else recipe
     RUNTIMES.get(recipe.runtime).require()  # before recipe.apply, which may need the runtime's quantizer
+    if recipe.calibrated and hasattr(module, "program_spec") and module.program_spec(example_inputs) is not None:
+        # PT2E calibrates one traced forward; a generator's forward writes a cache it holds or takes as state
+        raise UserInputError(f"{recipe.name} calibrates a single forward and cannot quantize a KV-cached generator; "
+                             "take a recipe quantized without calibration")
     cached_file = cache_file(recipe, cache_dir, cache_key)
     # a cache hit needs no quantized module, unless it is verified; calibrating costs a pass over every input
     if cached_file is not None and verify_on is None:

@@ -3,6 +3,7 @@ int8) or the converter turns a PT2E-calibrated module's quantize/dequantize pair
 int8), and the `ai-edge-litert` interpreter (XNNPACK delegate) runs it. Integer inputs become int32 in the converted
 graph, so the runner casts them."""
 
+import json
 import sys
 import tempfile
 from collections.abc import Iterable
@@ -13,8 +14,16 @@ import numpy as np
 import torch
 from torch import nn
 
-from edgeprune.errors import UserInputError, VerificationError
+from edgeprune.errors import VerificationError
 from edgeprune.export.base import DeviceRuntime, RunArtifact
+from edgeprune.export.litert_generator import (
+    METADATA_NAME,
+    PREFILL,
+    LiteRTGenerator,
+    convert_generator,
+    read_metadata,
+    with_metadata,
+)
 from edgeprune.export.program_facts import ProgramFacts, RuntimeInfo, TensorSpec, package_version
 from edgeprune.progress import library_output_hidden
 from edgeprune.quantize.recipes import Recipe
@@ -78,16 +87,25 @@ class LiteRTRuntime(DeviceRuntime):
                                         "copy it again") from None
 
     def lower(self, module: nn.Module, example_inputs: tuple[torch.Tensor, ...], recipe: Recipe) -> bytes:
-        if hasattr(module, "program_spec") and module.program_spec(example_inputs) is not None:
-            # litert-torch's generative path (prefill/decode signatures, the cache as explicit state) is not wired
-            raise UserInputError("a KV-cached decoder exports to ExecuTorch only for now (LiteRT's prefill and "
-                                 "decode signatures are not built yet): use --runtime executorch")
+        generator = hasattr(module, "program_spec") and module.program_spec(example_inputs) is not None
         import litert_torch
 
         # the converter and the quantizer print progress to stdout, which belongs to edgeprune's results
         with tempfile.TemporaryDirectory(prefix="edgeprune-litert-") as scratch, redirect_stdout(sys.stderr):
             float_path = Path(scratch) / "model.tflite"
             module.eval()  # not chained: a PT2E-converted module's eval() returns None
+            if generator:
+                spec = convert_generator(module, example_inputs, float_path)
+                # written before quantizing: ai-edge-quantizer keeps a model's metadata, and its output may keep
+                # weights past the flatbuffer at offsets that a rewrite would have to move
+                float_path.write_bytes(with_metadata(float_path.read_bytes(), METADATA_NAME,
+                                                     json.dumps(spec.metadata).encode()))
+                if recipe.litert_quantization is None:
+                    return float_path.read_bytes()
+                data = _quantize(float_path, recipe)
+                if read_metadata(data) != spec.metadata:
+                    raise VerificationError(f"{recipe.name} lost the generator's metadata while quantizing")
+                return data
             if recipe.calibrated:
                 from litert_torch.quantize.quant_config import QuantConfig
 
@@ -102,6 +120,13 @@ class LiteRTRuntime(DeviceRuntime):
             return _quantize(float_path, recipe)
 
     def load(self, path: Path, threads: int | None = None) -> RunArtifact:
+        constants = read_metadata(Path(path).read_bytes())
+        if constants.get("use_kv_cache"):
+            from ai_edge_litert.interpreter import Interpreter
+
+            interpreter = Interpreter(str(path), num_threads=threads or 1)
+            interpreter.allocate_tensors()  # the default (XNNPACK) delegate now, while load_artifact hides its line
+            return LiteRTGenerator(interpreter, constants)
         return LiteRTProgram(path, threads)
 
     def inspect(self, path: Path) -> ProgramFacts:
@@ -113,21 +138,28 @@ class LiteRTRuntime(DeviceRuntime):
             with library_output_hidden():  # LiteRT's line about the delegate it created
                 interpreter = Interpreter(str(path), num_threads=1)
                 interpreter.allocate_tensors()  # applies the default delegate (before a runner holds its tensors)
-            method = next(iter(interpreter.get_signature_list()))
+            signatures = interpreter.get_signature_list()
+            # a generator's prefill is the call its example inputs (and verification) make
+            method = PREFILL if PREFILL in signatures else next(iter(signatures))
             runner = interpreter.get_signature_runner(method)
             inputs = _tensor_specs(runner.get_input_details())
             outputs = _tensor_specs(runner.get_output_details())
         except (ValueError, RuntimeError, StopIteration) as error:
             message = " ".join(str(error).split()) or "it has no signature"
             raise VerificationError(f"litert cannot read {path} here ({message})") from None
-        schema_version, operators = read_op_codes(Path(path).read_bytes())
+        data = Path(path).read_bytes()
+        schema_version, operators = read_op_codes(data)
+        constants = read_metadata(data)
         # the file names no delegate: the interpreter hands what it can to its default CPU delegate (XNNPACK) as it
         # loads the model, leaving DELEGATE nodes in its graph (_get_ops_details: the interpreter's only op listing)
         delegated = any(op.get("op_name") == "DELEGATE" for op in interpreter._get_ops_details())
+        notes = [f"signatures: {', '.join(sorted(signatures))} (a generator's cache goes in and out of each call)"] \
+            if constants else []
         note = ("delegates: applied by the LiteRT interpreter when it loaded the model here (its default XNNPACK CPU "
                 "delegate), not named in the file; an app enables XNNPACK in its interpreter options")
         return ProgramFacts(RuntimeInfo(self.name, "ai-edge-litert", package_version("ai-edge-litert"), schema_version),
-                            method, inputs, outputs, operators, ["XNNPACK"] if delegated else [], notes=[note])
+                            method, inputs, outputs, operators, ["XNNPACK"] if delegated else [], constants=constants,
+                            notes=[*notes, note])
 
 
 def _tensor_specs(details: dict[str, dict]) -> list[TensorSpec]:

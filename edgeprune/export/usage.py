@@ -79,7 +79,8 @@ def generator_program(manifest: ModelManifest) -> list[str]:
     runtime = RUNTIMES.get(manifest.runtime.name)
     kernels = list(runtime.usage_llm_kernels) if manifest.generator.attention == "fast" else []
     tokenizer = manifest.tokenizer is not None and manifest.tokenizer.gives_artifact_ids
-    lines = ["import json", "", *runtime.usage_imports, *kernels]
+    numpy = ["import numpy as np"] if any("np." in line for line in runtime.usage_generator) else []
+    lines = ["import json", "", *numpy, *runtime.usage_imports, *kernels]
     if tokenizer:
         lines += ["from transformers import AutoTokenizer"]
     lines += ["", 'spec = json.load(open("model.json"))', 'generator = spec["generator"]', *runtime.usage_generator]

@@ -35,8 +35,12 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--depths", required=True)
     args = parser.parse_args(argv)
 
-    import executorch.runtime  # noqa: F401 - imported before the clock and the memory baseline start
     import torch
+
+    from edgeprune.export import RUNTIMES, runtime_of
+
+    for module in RUNTIMES.get(runtime_of(args.artifact) or "executorch").packages:
+        __import__(module)  # the runtime's packages, imported before the clock and the memory baseline start
 
     from edgeprune.generation.bench import DecodeSpeed, GenerationBenchmark
     from edgeprune.generation.runner import Generator

@@ -33,5 +33,33 @@ LITERT = RuntimeSpec(
         'outputs = runner(**{i["runtime_name"]: arrays[i["name"]] for i in spec["inputs"]})',
         'first = outputs[spec["outputs"][0]["runtime_name"]]',
     ),
+    # the generator's prefill takes exactly max_seq_len tokens (a shorter chunk is padded; one whose padding would pass
+    # the cache's end is decoded token by token) and decode one; the KV cache goes into and comes out of every call
+    usage_generator=(
+        'interpreter = Interpreter(spec["artifact"])',
+        'prefill, decode = interpreter.get_signature_runner("prefill"), interpreter.get_signature_runner("decode")',
+        'cache = {name: np.zeros(detail["shape"], detail["dtype"])',
+        '         for name, detail in decode.get_input_details().items() if "_cache_" in name}',
+        "",
+        "",
+        "def call(runner, ids, start):",
+        "    global cache",
+        "    positions = np.arange(start, start + ids.shape[1], dtype=np.int32)",
+        "    outputs = runner(input_ids=ids, input_pos=positions, **cache)",
+        "    cache = {name: outputs[name] for name in cache}",
+        '    return outputs["logits"]',
+        "",
+        "",
+        "def forward(ids, start):  # logits of `ids` at positions start..; the cache passes through every call",
+        '    size = generator["max_seq_len"]',
+        '    if len(ids) == 1 or start + size > generator["context"]:',
+        "        return np.concatenate([call(decode, np.array([[token]], np.int32), start + i)",
+        "                               for i, token in enumerate(ids)], axis=1)",
+        "    padded = np.zeros((1, size), np.int32)",
+        "    padded[0, :len(ids)] = ids",
+        "    return call(prefill, padded, start)[:, :len(ids)]",
+        "",
+        "",
+    ),
 )
 RUNTIMES.register(LITERT.name)(LITERT)

@@ -1,0 +1,188 @@
+"""A decoder as a LiteRT generator: `prefill` and `decode` signatures with the KV cache as explicit state.
+
+LiteRT has no buffers a program keeps between calls, so the cache goes in and comes back out of every call, one
+`k_cache_L` and `v_cache_L` tensor `[1, kv_heads_L, context, head_dim_L]` per layer, each sized from that layer's
+own weights (a pruned layer keeps a smaller cache). This is litert-torch's generative layout (its
+`generative/layers/kv_cache.py`), built here on the Hugging Face model as it is rather than re-authored in
+litert-torch's layers, which read one global head count. A call writes its tokens' keys and values at
+`input_pos[0]` with litert-torch's `dynamic_update_slice` (a TFLite DYNAMIC_UPDATE_SLICE, so the cache is
+updated in place by the interpreter rather than rebuilt) and attends over the whole cache under a mask of the
+slots each query may see, as the ExecuTorch portable program does.
+
+Signatures have static shapes: `prefill` takes exactly `max_seq_len` tokens and `decode` one. A shorter prompt is
+padded; the padding writes keys past the prompt, which the mask hides and the next tokens overwrite before any
+query sees them. A chunk whose padding would run past the cache's end is decoded one token at a time instead
+(DYNAMIC_UPDATE_SLICE clamps its start so that the update fits, which would shift the chunk's keys).
+
+The generator's facts (the keys of ExecuTorch's LLM runner metadata: `get_max_seq_len`, `get_max_context_len`,
+`get_eos_ids`, `use_kv_cache`, ...) are written into the flatbuffer's metadata table as JSON under
+METADATA_NAME, where edgeprune's loaders and `inspect` read them.
+"""
+
+import json
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import torch
+from torch import nn
+
+from edgeprune.errors import UserInputError
+from edgeprune.generation import CacheLayout
+from edgeprune.generation.program import ProgramSpec
+
+METADATA_NAME = "edgeprune.generator"
+PREFILL, DECODE = "prefill", "decode"
+
+
+def cache_names(layers: int) -> list[str]:
+    """The cache tensors' names in signature inputs and outputs, layer by layer."""
+    return [f"{kind}_cache_{layer}" for layer in range(layers) for kind in ("k", "v")]
+
+
+class ExplicitKVCache:
+    """The cache of one call, functionally: `update` writes a layer's new keys and values into the tensors passed
+    in and keeps the results as that layer's outputs. Duck-types the method of transformers' `Cache` attention
+    layers call."""
+
+    def __init__(self, tensors: list[torch.Tensor], start: torch.Tensor) -> None:
+        self.tensors = tensors  # k_0, v_0, k_1, v_1, ...
+        self.start = start  # the first token's position, a 0-d int32 tensor
+
+    def update(self, key_states: torch.Tensor, value_states: torch.Tensor, layer_idx: int,
+               *args: object, **kwargs: object) -> tuple[torch.Tensor, torch.Tensor]:
+        from litert_torch.generative.custom_ops.dynamic_update_slice import dynamic_update_slice
+
+        zero = torch.zeros([], dtype=torch.int32)
+        at = [zero, zero, self.start, zero]  # [batch, kv head, slot, feature]: the tokens' slots from `start` on
+        keys, values = self.tensors[2 * layer_idx], self.tensors[2 * layer_idx + 1]
+        keys = dynamic_update_slice(keys, key_states.to(keys.dtype), at)
+        values = dynamic_update_slice(values, value_states.to(values.dtype), at)
+        self.tensors[2 * layer_idx], self.tensors[2 * layer_idx + 1] = keys, values
+        return keys, values
+
+    def get_seq_length(self, layer_idx: int = 0) -> int:  # noqa: ARG002 - Cache's signature
+        return 0  # positions always come from input_pos
+
+
+class SignatureGenerator(nn.Module):
+    """`forward(input_ids [1, S], input_pos [S], k_cache_0, v_cache_0, ...)` → `{"logits": [1, S, vocab],
+    "k_cache_0": ..., ...}`: the module both signatures are converted from (S = max_seq_len and 1)."""
+
+    def __init__(self, model: nn.Module, context: int) -> None:
+        super().__init__()
+        self.model = model
+        self.context = context
+
+    def forward(self, input_ids: torch.Tensor, input_pos: torch.Tensor,
+                **caches: torch.Tensor) -> dict[str, torch.Tensor]:
+        names = cache_names(len(caches) // 2)
+        cache = ExplicitKVCache([caches[name] for name in names], input_pos[0].reshape([]).to(torch.int32))
+        slots = torch.arange(self.context)
+        visible = slots[None, :] <= input_pos[:, None]  # [S, context]: a query sees its own and earlier slots
+        mask = torch.where(visible, 0.0, torch.finfo(torch.float32).min)[None, None]
+        logits = self.model(input_ids=input_ids, attention_mask=mask, position_ids=input_pos[None], cache=cache,
+                            use_cache=True).logits
+        return {"logits": logits, **dict(zip(names, cache.tensors, strict=True))}
+
+
+def empty_caches(layout: CacheLayout) -> dict[str, torch.Tensor]:
+    caches = {}
+    for layer, (heads, size) in enumerate(zip(layout.kv_heads, layout.head_dim, strict=True)):
+        for kind in ("k", "v"):
+            caches[f"{kind}_cache_{layer}"] = torch.zeros(1, heads, layout.context, size)
+    return caches
+
+
+def convert_generator(module: nn.Module, example_inputs: tuple[torch.Tensor, ...], path: Path) -> ProgramSpec:
+    """Convert `module` (a `CausalLMLogits` with a context) to a float `.tflite` at `path` with a `prefill` signature
+    of the example's length and a one-token `decode`; returns what the generator's metadata says."""
+    import litert_torch
+
+    spec = module.program_spec(example_inputs)
+    layout = CacheLayout.of(module.model, module.context)
+    prefill = int(example_inputs[0].shape[1])
+    generator = SignatureGenerator(module.model, module.context).eval()
+    ids = example_inputs[0]
+    with torch.no_grad():
+        generator.requires_grad_(False)
+        converter = litert_torch.signature(PREFILL, generator, sample_kwargs={
+            "input_ids": ids, "input_pos": torch.arange(prefill), **empty_caches(layout)})
+        converter = converter.signature(DECODE, generator, sample_kwargs={
+            "input_ids": ids[:, :1], "input_pos": torch.tensor([0]), **empty_caches(layout)})
+        converter.convert().export(str(path))
+    # the portable path: LiteRT attends with its own ops over the explicit cache (no ExecuTorch kernels)
+    return ProgramSpec(spec.dynamic_shapes, {**spec.metadata, "use_sdpa_with_kv_cache": False,
+                                             "enable_dynamic_shape": False})
+
+
+def with_metadata(data: bytes, name: str, payload: bytes) -> bytes:
+    """The `.tflite` flatbuffer `data` with a metadata entry `name` holding `payload` (replacing one of that name)."""
+    import flatbuffers
+    from ai_edge_litert import schema_py_generated as schema
+
+    model = schema.ModelT.InitFromPackedBuf(bytearray(data), 0)
+    if any(buffer.offset for buffer in model.buffers or []):
+        # a model past 2 GB keeps its weights after the flatbuffer, at offsets a rewrite would invalidate
+        raise UserInputError("this LiteRT generator is over 2 GB; its metadata cannot be written")
+    model.buffers = list(model.buffers or [])
+    # the object API keeps names as the bytes it read
+    entries = [entry for entry in model.metadata or [] if entry.name not in (name, name.encode())]
+    buffer = schema.BufferT()
+    buffer.data = np.frombuffer(payload, dtype=np.uint8)
+    model.buffers.append(buffer)
+    entry = schema.MetadataT()
+    entry.name, entry.buffer = name, len(model.buffers) - 1
+    model.metadata = [*entries, entry]
+    builder = flatbuffers.Builder(len(data) + len(payload) + 4096)
+    builder.Finish(model.Pack(builder), file_identifier=b"TFL3")
+    return bytes(builder.Output())
+
+
+def read_metadata(data: bytes, name: str = METADATA_NAME) -> dict[str, Any]:
+    """The JSON metadata entry `name` of a `.tflite` flatbuffer; {} when it has none."""
+    from ai_edge_litert import schema_py_generated as schema
+
+    model = schema.Model.GetRootAs(data, 0)
+    for index in range(model.MetadataLength()):
+        entry = model.Metadata(index)
+        if entry.Name() is not None and entry.Name().decode() == name:
+            return json.loads(model.Buffers(entry.Buffer()).DataAsNumpy().tobytes())
+    return {}
+
+
+class LiteRTGenerator:
+    """A loaded LiteRT generator called like an ExecuTorch one: `(input_ids [1, S], cache_position [S])` →
+    `[logits [1, S, vocab]]`, the cache kept here between calls (a new sequence starts again at position 0)."""
+
+    def __init__(self, interpreter: Any, constants: dict[str, Any]) -> None:
+        self._constants = constants
+        self.max_seq_len = int(constants["get_max_seq_len"])
+        self.context = int(constants["get_max_context_len"])
+        self._prefill = interpreter.get_signature_runner(PREFILL)
+        self._decode = interpreter.get_signature_runner(DECODE)
+        details = self._decode.get_input_details()
+        self._cache = {name: np.zeros(detail["shape"], detail["dtype"]) for name, detail in details.items()
+                       if name not in ("input_ids", "input_pos")}
+        self._id_type = details["input_ids"]["dtype"]
+
+    def constants(self) -> dict[str, Any]:
+        return dict(self._constants)
+
+    def __call__(self, input_ids: torch.Tensor, cache_position: torch.Tensor) -> list[torch.Tensor]:
+        ids = input_ids.reshape(-1).numpy().astype(self._id_type)
+        start = int(cache_position[0])
+        if len(ids) == 1 or start + self.max_seq_len > self.context:
+            logits = [self._run(self._decode, ids[i:i + 1], start + i) for i in range(len(ids))]
+            return [torch.from_numpy(np.concatenate(logits, axis=1))]
+        if len(ids) > self.max_seq_len:
+            raise ValueError(f"{len(ids)} tokens in one call; the prefill signature takes {self.max_seq_len}")
+        padded = np.zeros(self.max_seq_len, dtype=self._id_type)
+        padded[:len(ids)] = ids
+        return [torch.from_numpy(self._run(self._prefill, padded, start)[:, :len(ids)])]
+
+    def _run(self, runner: Any, ids: np.ndarray, start: int) -> np.ndarray:
+        positions = np.arange(start, start + len(ids), dtype=np.int32)
+        outputs = runner(input_ids=ids[None], input_pos=positions, **self._cache)
+        self._cache = {name: outputs[name] for name in self._cache}
+        return np.array(outputs["logits"])

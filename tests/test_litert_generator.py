@@ -1,0 +1,139 @@
+"""A decoder as a LiteRT generator: `prefill` and `decode` signatures with the KV cache as explicit state, sized per
+layer from the pruned weights. The shipped `.tflite` generates the PyTorch model's greedy tokens (through a prompt
+longer than one prefill chunk and up to the cache's last slot), keeps the generator's facts in the flatbuffer
+through quantization, is timed call by call as fit times it, and `edgeprune generate` runs and benchmarks it."""
+
+import json
+
+import numpy as np
+import pytest
+import torch
+
+from edgeprune.cli import main
+from edgeprune.errors import UserInputError
+from edgeprune.export import export, load_artifact
+from edgeprune.export.litert_generator import METADATA_NAME, read_metadata, with_metadata
+from edgeprune.export.manifest import inspect_artifact
+from edgeprune.generation import CacheLayout
+from edgeprune.generation.runner import Generator, greedy_reference
+from tests.test_generation import CONTEXT, PREFILL, tiny_decoder
+
+EXAMPLE = (torch.arange(PREFILL)[None] % 90 + 3, torch.arange(PREFILL))
+
+
+@pytest.fixture(scope="module")
+def shipped(tmp_path_factory):
+    folder = tmp_path_factory.mktemp("litert-generator")
+    model = tiny_decoder()
+    artifacts = {recipe: export(model, EXAMPLE, folder / f"{recipe}.tflite", recipe, verify_on=[EXAMPLE])
+                 for recipe in ("litert-fp32", "litert-int8")}
+    return model, artifacts
+
+
+def test_the_file_has_prefill_and_decode_signatures_with_a_cache_sized_per_layer(shipped):
+    from ai_edge_litert.interpreter import Interpreter
+
+    model, artifacts = shipped
+    interpreter = Interpreter(str(artifacts["litert-fp32"].path))
+    signatures = interpreter.get_signature_list()
+    assert set(signatures) == {"prefill", "decode"}
+    layout = CacheLayout.of(model.model, CONTEXT)
+    assert layout.kv_heads == (1, 2, 2)  # a whole KV group out of layer 0
+    for name in ("prefill", "decode"):
+        details = interpreter.get_signature_runner(name).get_input_details()
+        assert details["input_ids"]["shape"].tolist() == [1, PREFILL if name == "prefill" else 1]
+        for layer, heads in enumerate(layout.kv_heads):
+            for kind in ("k", "v"):
+                assert details[f"{kind}_cache_{layer}"]["shape"].tolist() == [1, heads, CONTEXT, 4]
+        assert sorted(signatures[name]["outputs"]) == sorted(["logits", *(n for n in details if "_cache_" in n)])
+
+
+@pytest.mark.parametrize("recipe", ["litert-fp32", "litert-int8"])
+def test_the_generator_facts_survive_quantization_and_match_the_cache(shipped, recipe):
+    model, artifacts = shipped
+    facts = inspect_artifact(artifacts[recipe].path).generator
+    layout = CacheLayout.of(model.model, CONTEXT)
+    assert (facts.context, facts.max_seq_len, facts.attention) == (CONTEXT, PREFILL, "portable")
+    assert facts.kv_cache_bytes == layout.total_bytes and facts.kv_bytes_per_token == layout.bytes_per_token
+    assert (facts.eos_ids, facts.bos_id, facts.vocab_size) == ([2], 1, 30522)
+    assert artifacts[recipe].verification.min_cosine >= artifacts[recipe].verification.tolerance_cosine
+
+
+@pytest.mark.parametrize("recipe", ["litert-fp32", "litert-int8"])
+def test_it_generates_the_pytorch_models_greedy_tokens_to_the_end_of_the_cache(shipped, recipe):
+    """A 20-token prompt takes two prefill chunks (16 + a padded 4); the last chunk that cannot be padded inside the
+    cache, and every token after it, goes through `decode`."""
+    model, artifacts = shipped
+    generator = Generator(artifacts[recipe].path)
+    prompt = torch.randint(3, 96, (20,), generator=torch.Generator().manual_seed(2)).tolist()
+    tokens = generator.generate(prompt, CONTEXT - len(prompt), stop_at_eos=False)
+    assert len(tokens) == CONTEXT - len(prompt)
+    assert tokens == greedy_reference(model, prompt, len(tokens))
+    # a prompt that ends within a prefill's length of the cache's end: decoded token by token, same logits
+    long_prompt = (prompt * 3)[:CONTEXT - 4]
+    with torch.no_grad():
+        expected = model(torch.tensor([long_prompt]))[0][0]
+    logits = generator.forward(long_prompt, 0)
+    assert torch.nn.functional.cosine_similarity(logits, expected, dim=-1).min() > 0.999
+
+
+def test_metadata_is_replaced_not_duplicated(shipped):
+    _, artifacts = shipped
+    data = artifacts["litert-fp32"].path.read_bytes()
+    rewritten = with_metadata(data, METADATA_NAME, json.dumps({"use_kv_cache": True, "x": 1}).encode())
+    assert read_metadata(rewritten) == {"use_kv_cache": True, "x": 1}
+    assert read_metadata(with_metadata(data, "other", b"{}")) == read_metadata(data)
+    assert read_metadata(data, "missing") == {}
+
+
+def test_a_calibrated_recipe_is_refused_for_a_generator(tmp_path):
+    refusal = "litert-int8-static calibrates a single forward and cannot quantize a KV-cached generator"
+    with pytest.raises(UserInputError, match=refusal):
+        export(tiny_decoder(), EXAMPLE, tmp_path / "model.tflite", "litert-int8-static", calibration=[EXAMPLE])
+    assert not (tmp_path / "model.tflite").exists()
+
+
+def test_the_device_benchmark_runner_times_the_signature_each_call_makes(shipped):
+    """bench/runner.py runs on boards without edgeprune: a one-token call is `decode`, a longer one a padded
+    `prefill`; the two give the program's own logits for those tokens from an empty cache."""
+    from ai_edge_litert.interpreter import Interpreter
+
+    from edgeprune.bench.runner import generator_call
+
+    _, artifacts = shipped
+    path = artifacts["litert-fp32"].path
+    interpreter = Interpreter(str(path))
+    runner, feed = generator_call(interpreter, [np.array([[5]]), np.array([0])])
+    assert feed["input_ids"].shape == (1, 1)
+    first = runner(**feed)["logits"][0, 0]
+    runner, feed = generator_call(interpreter, [np.array([[5, 6, 7]]), np.arange(3)])
+    assert feed["input_ids"].shape == (1, PREFILL) and feed["input_pos"].tolist() == list(range(PREFILL))
+    prefill = runner(**feed)["logits"][0, 0]
+    assert np.allclose(first, prefill, atol=1e-4)
+    assert np.allclose(first, load_artifact(path)(torch.tensor([[5]]), torch.tensor([0]))[0][0, 0].numpy(), atol=1e-4)
+
+
+def test_edgeprune_generate_continues_and_benchmarks_a_tflite(shipped, tmp_path, capsys):
+    from transformers import BertTokenizerFast
+
+    model, artifacts = shipped
+    vocab = {f"w{i}": i for i in range(30522)}
+    BertTokenizerFast(vocab=vocab, unk_token="w0", pad_token="w0").save_pretrained(tmp_path / "tokenizer")
+    path = artifacts["litert-int8"].path
+    code = main(["generate", str(path), "--prompt", "w5 w6 w7", "--max-new-tokens", "8", "--tokenizer",
+                 str(tmp_path / "tokenizer"), "--json"])
+    printed = json.loads(capsys.readouterr().out)
+    assert code == 0 and printed["tokens"] == Generator(path).generate([5, 6, 7], 8)
+    code = main(["generate", str(path), "--bench", "--prompt-tokens", "8", "--depths", "0,16", "--min-seconds",
+                 "0.05", "--threads", "1", "--out", str(tmp_path / "bench"), "--json"])
+    bench = json.loads(capsys.readouterr().out)
+    assert code == 0 and bench["context"] == CONTEXT and bench["prompt_tokens"] == 8
+    assert [d["depth"] for d in bench["decode"]] == [0, 16] and bench["ttft_ms"] > 0
+    assert bench["kv_cache_bytes"] == CacheLayout.of(model.model, CONTEXT).total_bytes
+    assert (tmp_path / "bench" / "generation.json").exists()
+
+
+def test_generation_on_a_device_names_what_it_runs(shipped, capsys):
+    _, artifacts = shipped
+    code = main(["generate", str(artifacts["litert-fp32"].path), "--device", "pi5-emulated", "--prompt", "w5"])
+    assert code == 2 and "ExecuTorch programs (.pte) only for now" in capsys.readouterr().err
