@@ -128,10 +128,14 @@ def main() -> int:
     parser.add_argument("--head-step", type=int, default=33, help="heads removed go in multiples of this")
     parser.add_argument("--runs", type=int, default=30, help="timed runs per benchmark")
     parser.add_argument("--skip-grid", action="store_true")
+    parser.add_argument("--recover-steps", default="auto", help="fit's recovery: auto (its default), 0 (off, as the "
+                        "grid builds) or a step count")
     parser.add_argument("--out", type=Path, default=Path("benchmarks/results"))
     args = parser.parse_args()
     recipes = tuple(args.recipes.split(","))
+    recover = args.recover_steps if args.recover_steps == "auto" else int(args.recover_steps)
     options = FitOptions(recipes=recipes, bench_runs=args.runs, head_step=args.head_step, trim_vocabulary=None,
+                         recover_steps=recover,
                          ffn_fractions=tuple(float(f) for f in args.ffn_fractions.split(",")),
                          layer_removals=tuple(int(n) for n in args.layer_removals.split(",")))
     print(f"torch threads {torch.get_num_threads()}, benchmark threads {load_profile('host').threads}, "

@@ -241,17 +241,20 @@ def test_the_pte_gives_on_the_arm64_board_what_it_gives_here(provisioned, profil
     assert np.abs(expected).max() > 0.01  # not a trivially small output
 
 
-@pytest.fixture(scope="module")
-def generator(tmp_path_factory):
+def shipped_generator(folder, name: str, recipe: str):  # noqa: ANN001 - a Path
     """A KV-cached generator (a GQA Llama pruned unevenly) shipped with a tokenizer, as a causal-lm fit ships it."""
     from tests._byo import copy_tokenizer
     from tests.test_generation import PREFILL, tiny_decoder
 
-    folder = tmp_path_factory.mktemp("generator")
     example = (torch.arange(PREFILL)[None] % 90 + 3, torch.arange(PREFILL))
-    path = export(tiny_decoder(), example, folder / "model.pte", "fp32", verify_on=[example]).path
+    path = export(tiny_decoder(), example, folder / name, recipe, verify_on=[example]).path
     copy_tokenizer(folder)
     return path
+
+
+@pytest.fixture(scope="module")
+def generator(tmp_path_factory):
+    return shipped_generator(tmp_path_factory.mktemp("generator"), "model.pte", "fp32")
 
 
 def test_a_4bit_generators_prefill_gives_on_the_board_what_it_gives_here(provisioned, board, profiles, tmp_path,
@@ -295,6 +298,34 @@ def test_generate_bench_on_the_board_times_prefill_and_decode(provisioned, profi
     assert all(d["tokens"] > 0 and d["seconds"] > 0 for d in result["decode"]) and result["peak_rss_mb"] > 0
     assert result["device"] == "pi5-emulated" and result["emulated"] == LABEL
     assert f"**{LABEL}**" in (tmp_path / "generation.md").read_text()
+
+
+@pytest.fixture(scope="module")
+def litert_generator(tmp_path_factory):
+    """The same generator as a LiteRT .tflite (prefill and decode signatures, the cache as state)."""
+    return shipped_generator(tmp_path_factory.mktemp("litert-generator"), "model.tflite", "litert-fp32")
+
+
+def test_a_litert_generator_generates_on_the_board_the_tokens_it_generates_here(provisioned, profiles,
+                                                                                litert_generator, capsys, request):
+    """On the board the .tflite is run by LiteRT's generator module under the board's Python (ai-edge-litert's
+    aarch64 wheel, no edgeprune or torch there), pushed over ssh."""
+    command = ["generate", str(litert_generator), "--prompt", "the bank said it would", "--max-new-tokens", "24",
+               "--json"]
+    assert main(command) == 0
+    here = json.loads(capsys.readouterr().out)
+    code = main([*command, "--device", "pi5-emulated"])
+    captured = capsys.readouterr()
+    assert code == 0, captured.err
+    there = json.loads(captured.out)
+    show(request, f"LiteRT greedy tokens on the arm64 board: {there['tokens'][:8]}... (here: {here['tokens'][:8]}...)")
+    assert there["tokens"] == here["tokens"] and len(here["tokens"]) >= 8
+    code = main(["generate", str(litert_generator), "--bench", "--device", "pi5-emulated", "--depths", "8", "--runs",
+                 "1", "--threads", "1", "--json"])
+    captured = capsys.readouterr()
+    assert code == 0, captured.err
+    result = json.loads(captured.out)
+    assert result["ttft_ms"] > 0 and [d["depth"] for d in result["decode"]] == [8] and result["emulated"] == LABEL
 
 
 def test_a_wrong_host_key_is_refused(board, profiles, tmp_path, capsys):

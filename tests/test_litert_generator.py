@@ -133,7 +133,43 @@ def test_edgeprune_generate_continues_and_benchmarks_a_tflite(shipped, tmp_path,
     assert (tmp_path / "bench" / "generation.json").exists()
 
 
-def test_generation_on_a_device_names_what_it_runs(shipped, capsys):
+def test_a_device_generates_with_the_generator_module_as_the_python_runtime_does(shipped, tmp_path, capsys):
+    """On a device the .tflite is run by edgeprune/bench/litert_generate.py under the device's Python (numpy and
+    ai-edge-litert only), through the transport (here the local one), with the native runner's command line and log."""
+    from transformers import BertTokenizerFast
+
     _, artifacts = shipped
-    code = main(["generate", str(artifacts["litert-fp32"].path), "--device", "pi5-emulated", "--prompt", "w5"])
-    assert code == 2 and "ExecuTorch programs (.pte) only for now" in capsys.readouterr().err
+    path = artifacts["litert-int8"].path
+    BertTokenizerFast(vocab={f"w{i}": i for i in range(30522)}, unk_token="w0",
+                      pad_token="w0").save_pretrained(tmp_path / "tokenizer")
+    words = " ".join(f"w{i}" for i in range(3, 23))  # 20 tokens: two prefill chunks
+    command = ["generate", str(path), "--prompt", words, "--max-new-tokens", "24", "--tokenizer",
+               str(tmp_path / "tokenizer"), "--json"]
+    assert main(command) == 0
+    here = json.loads(capsys.readouterr().out)
+    assert main([*command, "--device", "host", "--threads", "1"]) == 0
+    there = json.loads(capsys.readouterr().out)
+    assert there["tokens"] == here["tokens"] and len(here["tokens"]) == 24
+    code = main(["generate", str(path), "--bench", "--device", "host", "--depths", "0,20", "--runs", "2",
+                 "--threads", "1", "--json"])
+    result = json.loads(capsys.readouterr().out)
+    assert code == 0 and result["prompt_tokens"] == PREFILL and result["prefill_runs"] == 2
+    assert [d["depth"] for d in result["decode"]] == [1, 20]
+    assert [d["tokens"] for d in result["decode"]] == [2 * (CONTEXT - 2), 2 * (CONTEXT - 21)]  # to the context's end
+    assert result["peak_rss_mb"] > 0 and result["kv_cache_bytes"] == inspect_artifact(path).generator.kv_cache_bytes
+
+
+def test_the_device_generator_refuses_a_program_that_is_not_a_generator(tmp_path):
+    import importlib.util
+    import subprocess
+    import sys
+
+    from edgeprune.runtimes import RUNTIMES
+
+    plain = tmp_path / "plain.tflite"
+    export(torch.nn.Linear(4, 2).eval(), (torch.ones(1, 4),), plain, "litert-fp32")
+    np.asarray([1, 2], dtype="<i8").tofile(tmp_path / "prompt.bin")
+    script = importlib.util.find_spec(RUNTIMES.get("litert").device_generator).origin
+    done = subprocess.run([sys.executable, script, f"--model_path={plain}", f"--prompt={tmp_path / 'prompt.bin'}",
+                           "--generate=2"], capture_output=True, text=True, timeout=120)
+    assert done.returncode == 1 and "is not a KV-cached generator" in done.stderr

@@ -112,7 +112,7 @@ def test_generate_on_a_device_without_a_runner_is_one_line(generator, tmp_path, 
                        '[connection]\nkind = "ssh"\nhost = "127.0.0.1"\nuser = "pi"\n')
     assert main(["generate", str(generator), "--bench", "--device", str(profile)]) == 2
     err = capsys.readouterr().err
-    assert "device board has no native ExecuTorch runner to generate with" in err and len(err.splitlines()) == 1
+    assert "device board has no native executorch runner to generate with" in err and len(err.splitlines()) == 1
 
 
 def test_parse_generation_reads_the_log_and_refuses_another():

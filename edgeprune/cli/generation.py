@@ -100,25 +100,29 @@ def print_continuation(args: SimpleNamespace, tokenizer, prompt: list[int], toke
 
 
 def on_device(args: SimpleNamespace) -> int:
-    """Continue the prompt, or benchmark, on the profile's device by its native ExecuTorch runner."""
+    """Continue the prompt, or benchmark, on the profile's device: by its native runner (ExecuTorch), or by the
+    runtime's generator module run by the device's Python (LiteRT)."""
     from edgeprune.devices import load_profile
     from edgeprune.devices.transports import open_transport
     from edgeprune.export import check_artifact
-    from edgeprune.generation.native import benchmark_generation_on, generate_on
+    from edgeprune.generation.native import benchmark_generation_on, generate_on, script_generator
     from edgeprune.generation.runner import generator_facts
     from edgeprune.progress import library_output_hidden
 
     profile = load_profile(args.device or "host")
-    if check_artifact(args.artifact) != "executorch":
-        raise UserInputError(f"{args.artifact}: generation on a device runs ExecuTorch programs (.pte) only for now")
-    binary = args.binary or profile.native_binaries.get("executorch")
+    runtime = check_artifact(args.artifact)
+    # a runtime with a generator module runs it by the device's Python; else its native runner generates
+    binary = script_generator(runtime) or args.binary or profile.native_binaries.get(runtime)
     if binary is None:
         if args.device is not None and profile.endpoint.on_this_machine:
             args.device = None  # this machine without a native runner: ExecuTorch's Python runtime, as without --device
             return run_generate(args)
-        raise UserInputError(f"device {profile.name} has no native ExecuTorch runner to generate with: set "
-                             f"runtime.env (where `edgeprune devices setup` builds it) or runtime.executor_runner in "
-                             f"{profile.source}, or pass --binary PATH")
+        from edgeprune.runtimes import RUNTIMES
+
+        tool_key = RUNTIMES.get(runtime).native_tool
+        raise UserInputError(f"device {profile.name} has no native {runtime} runner to generate with: set runtime.env "
+                             f"(where `edgeprune devices setup` builds it) or runtime.{tool_key} in {profile.source}, "
+                             "or pass --binary PATH")
     if not args.bench and not args.prompt:
         raise UserInputError("give --prompt TEXT to continue, or --bench to benchmark the generator")
     if args.bench and args.out is not None:

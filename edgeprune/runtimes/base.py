@@ -69,6 +69,10 @@ class RuntimeSpec:
     # at positions start.. as a numpy array, the cache kept between calls); () when the runtime builds no generators
     usage_generator: tuple[str, ...] = ()
     usage_llm_kernels: tuple[str, ...] = ()  # the lines that load the fast attention's kernels before the program
+    # a standalone module pushed to a device and run by its Python to generate with this runtime's generators (the
+    # native ExecuTorch runner's --generate command line and log: edgeprune/generation/native.py); "": its native
+    # tool generates
+    device_generator: str = ""
 
     @property
     def packages(self) -> dict[str, str]:

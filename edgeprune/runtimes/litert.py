@@ -33,6 +33,7 @@ LITERT = RuntimeSpec(
         'outputs = runner(**{i["runtime_name"]: arrays[i["name"]] for i in spec["inputs"]})',
         'first = outputs[spec["outputs"][0]["runtime_name"]]',
     ),
+    device_generator="edgeprune.bench.litert_generate",
     # the generator's prefill takes exactly max_seq_len tokens (a shorter chunk is padded; one whose padding would pass
     # the cache's end is decoded token by token) and decode one; the KV cache goes into and comes out of every call
     usage_generator=(

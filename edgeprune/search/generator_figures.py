@@ -19,8 +19,8 @@ def benchmark_generator(folder: Path, artifact: str, profile: DeviceProfile, pro
                         reachable: bool = True) -> GenerationBenchmark | None:
     """For a KV-cached generator: time to first token, prefill and decode tokens/s, memory and KV bytes of the
     shipped program, written beside it (generation.json, generation.md): on this machine in a Python process, on
-    a reachable device by its native ExecuTorch runner. None for other programs, and for a device without one (the
-    per-candidate figures of the fit are still measured there)."""
+    a reachable device by its native ExecuTorch runner or the runtime's generator module (LiteRT). None for other
+    programs, and for a device without either (the per-candidate figures of the fit are still measured there)."""
     from edgeprune.generation.bench import benchmark_generation
     from edgeprune.generation.runner import generator_facts
 
@@ -29,24 +29,29 @@ def benchmark_generator(folder: Path, artifact: str, profile: DeviceProfile, pro
         facts = generator_facts(path)
     except VerificationError:  # not a generator
         return None
+    from edgeprune.export import runtime_of
+    from edgeprune.generation.native import script_generator
+
     depths = chart_depths(facts.context)
-    binary = profile.native_binaries.get("executorch") if profile.runner_for("executorch") == "native" else None
+    runtime = runtime_of(path)
+    binary = profile.native_binaries.get(runtime) if profile.runner_for(runtime) == "native" else None
+    # a runtime's generator module runs by the device's Python; else its native runner generates
+    tool = script_generator(runtime) or binary
     if profile.endpoint.on_this_machine and binary is None:
         progress.note("benchmarking generation: time to first token, prefill and decode tokens/s")
         result = benchmark_generation(path, threads=profile.threads, depths=depths)
-    elif reachable and binary is not None and path.suffix == ".pte":
+    elif reachable and tool is not None:
         from edgeprune.devices.setup import device_python
         from edgeprune.devices.transports import open_transport
         from edgeprune.generation.native import benchmark_generation_on
 
-        progress.note(f"benchmarking generation on {profile.name} by its native runner: time to first token, "
-                      "prefill and decode tokens/s")
+        progress.note(f"benchmarking generation on {profile.name}: time to first token, prefill and decode tokens/s")
         with open_transport(profile.endpoint, device_python(profile)) as transport:
             result = benchmark_generation_on(
-                transport, path, binary, facts, threads=profile.threads, depths=depths, runs=2, device=profile.name,
+                transport, path, tool, facts, threads=profile.threads, depths=depths, runs=2, device=profile.name,
                 emulated=profile.emulation_label)
     else:
-        progress.note(f"generation benchmark not run on {profile.name}: it needs the device's native ExecuTorch "
+        progress.note(f"generation benchmark not run on {profile.name}: it needs the device's native {runtime} "
                       "runner (`edgeprune devices setup`); `edgeprune generate --bench --device` runs it later")
         return None
     write_text_atomic(folder / "generation.json", json.dumps(to_jsonable(result), indent=2))

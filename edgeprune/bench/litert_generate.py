@@ -1,0 +1,132 @@
+"""Generate with a LiteRT generator on a device: pushed beside the artifact and run by the device's Python, which
+needs only numpy and `ai-edge-litert` (the board's LiteRT install), not edgeprune or torch.
+
+The command line and the log are the native ExecuTorch runner's generation mode (edgeprune/bench/native/
+executor_runner.cpp, `--generate`), so that one parser reads both (edgeprune/generation/native.py): the int64
+prompt in `--prompt` is prefilled in chunks of the generator's prefill length, then up to `--generate` tokens are
+decoded greedily, stopping at an end-of-sequence id unless `--ignore_eos`; `--num_executions` repeats the whole
+generation from position 0. It prints, on stderr, `Model loaded in X ms.`, `Generation i of N: prefill P tokens in
+X ms, decode D tokens in Y ms` per execution and `Peak resident set: N kB`; on stdout `Tokens: t1 t2 ...`.
+
+The generator's signatures and metadata are edgeprune/export/litert_generator.py's: `prefill` takes exactly
+`get_max_seq_len` tokens (a shorter chunk is padded; one whose padding would pass the cache's end is decoded token
+by token), `decode` one, and the per-layer KV cache goes into and comes out of every call.
+"""
+
+import argparse
+import json
+import sys
+import time
+
+METADATA_NAME = "edgeprune.generator"  # as edgeprune/export/litert_generator.py writes it
+
+
+def metadata(path: str) -> dict:
+    """The generator's facts (edgeprune.export.litert_generator.read_metadata's reading, repeated here because this
+    script runs where edgeprune is not installed)."""
+    from ai_edge_litert import schema_py_generated as schema
+
+    with open(path, "rb") as file:
+        data = file.read()
+    model = schema.Model.GetRootAs(data, 0)
+    for index in range(model.MetadataLength()):
+        entry = model.Metadata(index)
+        if entry.Name() is not None and entry.Name().decode() == METADATA_NAME:
+            return json.loads(model.Buffers(entry.Buffer()).DataAsNumpy().tobytes())
+    return {}
+
+
+def peak_rss_kb() -> int:
+    """VmHWM: the process's own peak resident set (ru_maxrss can keep an exec'd parent's)."""
+    try:
+        with open("/proc/self/status") as status:
+            for line in status:
+                if line.startswith("VmHWM:"):
+                    return int(line.split()[1])
+    except OSError:
+        pass
+    import resource
+
+    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+
+
+class Generator:
+    def __init__(self, interpreter, facts: dict) -> None:  # noqa: ANN001 - a LiteRT Interpreter
+        import numpy as np
+
+        self.np = np
+        self.chunk, self.context = int(facts["get_max_seq_len"]), int(facts["get_max_context_len"])
+        self.prefill = interpreter.get_signature_runner("prefill")
+        self.decode = interpreter.get_signature_runner("decode")
+        details = self.decode.get_input_details()
+        self.cache = {name: np.zeros(d["shape"], d["dtype"]) for name, d in details.items() if "_cache_" in name}
+
+    def call(self, runner, ids: list, start: int, length: int):  # noqa: ANN001, ANN201 - a signature runner; logits
+        np = self.np
+        padded = np.zeros((1, length), np.int32)
+        padded[0, :len(ids)] = ids
+        outputs = runner(input_ids=padded, input_pos=np.arange(start, start + length, dtype=np.int32), **self.cache)
+        self.cache = {name: outputs[name] for name in self.cache}
+        return outputs["logits"][0, len(ids) - 1]
+
+    def last_logits(self, ids: list, start: int):  # noqa: ANN201 - the logits of the last of `ids`
+        if len(ids) == 1 or start + self.chunk > self.context:
+            for index, token in enumerate(ids):
+                logits = self.call(self.decode, [token], start + index, 1)
+            return logits
+        return self.call(self.prefill, ids, start, self.chunk)
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--model_path", required=True)
+    parser.add_argument("--prompt", required=True, help="int64 token ids, raw little-endian")
+    parser.add_argument("--generate", type=int, required=True, help="new tokens at most")
+    parser.add_argument("--num_executions", type=int, default=1)
+    parser.add_argument("--cpu_threads", type=int, default=1)
+    parser.add_argument("--ignore_eos", action="store_true")
+    args = parser.parse_args()
+    import numpy as np
+    from ai_edge_litert.interpreter import Interpreter
+
+    prompt = np.fromfile(args.prompt, dtype="<i8").tolist()
+    facts = metadata(args.model_path)
+    if not facts.get("use_kv_cache"):
+        print(f"{args.model_path} is not a KV-cached generator (no {METADATA_NAME} metadata)", file=sys.stderr)
+        return 1
+    started = time.perf_counter()
+    interpreter = Interpreter(args.model_path, num_threads=args.cpu_threads)
+    interpreter.allocate_tensors()
+    generator = Generator(interpreter, facts)
+    print(f"Model loaded in {(time.perf_counter() - started) * 1e3:f} ms.", file=sys.stderr)
+    if not prompt or len(prompt) >= generator.context:
+        print(f"the prompt's {len(prompt)} tokens leave no room in the context of {generator.context}",
+              file=sys.stderr)
+        return 1
+    eos = facts.get("get_eos_ids", [])
+    eos = set(eos if isinstance(eos, list) else [eos])
+    new_tokens = min(args.generate, generator.context - len(prompt))
+    tokens: list[int] = []
+    for run in range(1, args.num_executions + 1):
+        tokens = []
+        started = time.perf_counter()
+        for offset in range(0, len(prompt), generator.chunk):
+            logits = generator.last_logits(prompt[offset:offset + generator.chunk], offset)
+        token = int(logits.argmax())
+        prefill_ms = (time.perf_counter() - started) * 1e3
+        started, steps, position = time.perf_counter(), 0, len(prompt)
+        while True:
+            tokens.append(token)
+            if (not args.ignore_eos and token in eos) or len(tokens) >= new_tokens:
+                break
+            token = int(generator.last_logits([token], position).argmax())
+            position, steps = position + 1, steps + 1
+        print(f"Generation {run} of {args.num_executions}: prefill {len(prompt)} tokens in {prefill_ms:f} ms, "
+              f"decode {steps} tokens in {(time.perf_counter() - started) * 1e3:f} ms", file=sys.stderr)
+    print("Tokens: " + " ".join(str(t) for t in tokens))
+    print(f"Peak resident set: {peak_rss_kb()} kB", file=sys.stderr)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
