@@ -106,6 +106,22 @@ def test_fit_that_cannot_fit_exits_3_with_the_closest_result(small_bert_dir, tmp
     assert closest["benchmark"] is not None and closest["validation_quality"] is not None
 
 
+def test_a_scored_ffn_allocation_gives_each_layer_its_width(small_bert_dir, tmp_path, capsys):
+    """`--ffn-allocation scored`: the fraction is of all FFN neurons, taken in groups of 32 of least fluctuation
+    wherever they are, each layer keeping one group at least; the plan, the reproduction and the journal say so."""
+    out = tmp_path / "scored"
+    code = main(["fit", *NO_RECOVERY, "--model", str(small_bert_dir), "--max-mb", "0.05", "--layer-removals", "0",
+                 "--ffn-fractions", "0,0.5", "--ffn-allocation", "scored", "--out", str(out), *FAST])
+    capsys.readouterr()
+    assert code == 3  # the closest: the most compressed candidate, FFN −50 %
+    result = json.loads((out / "result.json").read_text())
+    closest = result["fitted"]
+    assert closest["ffn_fraction"] == 0.5
+    widths = [len(kept) for kept in closest["plan"]["ffn_kept"]]
+    assert sum(widths) == 128 and all(w % 32 == 0 and w >= 32 for w in widths)  # half of 2 × 128, on the groups
+    assert result["reproduce"]["options"]["ffn_allocation"] == "scored"
+
+
 # a fit with a trimmed vocabulary and the folder it ships: tests/test_app_handoff.py
 
 

@@ -37,6 +37,7 @@ from edgeprune.quantize import RECIPES
 from edgeprune.runtimes import RUNTIMES
 
 AUTO, AUTO_RECOVER_STEPS = "auto", 150  # of edgeprune.search.options; parsing imports no torch
+FFN_ALLOCATIONS, DEFAULT_FFN_ALLOCATION = ("uniform", "scored"), "uniform"  # of edgeprune.search.options, likewise
 # the command as typed stays bounded (the Python API has no limit unless FitOptions.time_limit_minutes says so).
 # `edgeprune fit --device host --max-mb 5` from a cold cache ended its search on its own in 6.2 minutes here
 # (2 cores, 2026-12-04; docs/FINDINGS.md), so the limit cuts only searches longer than that one
@@ -127,7 +128,10 @@ EXIT_CODES = ("0 every budget met; 2 bad input; 3 the budgets cannot be met (the
     click.option("--trim-vocab/--no-trim-vocab", default=None, help="always / never keep only the embedding rows "
                  "of tokens the task's data uses (ships vocabulary.json); default: the search tries both"),
     click.option("--ffn-fractions", type=number_list(float, "0,0.25,0.5"), default="0,0.25,0.5", show_default=True,
-                 metavar="F,F", help="FFN neuron fractions the search may remove per layer (0 turns it off)"),
+                 metavar="F,F", help="FFN neuron fractions the search may remove (0 turns it off)"),
+    click.option("--ffn-allocation", type=click.Choice(FFN_ALLOCATIONS), default=DEFAULT_FFN_ALLOCATION,
+                 show_default=True, help="how an FFN fraction is spread over the layers: the same fraction of each "
+                 "(uniform), or groups of 32 neurons of least fluctuation first, whichever layer (scored)"),
     click.option("--layer-removals", type=number_list(int, "0,1,2"), default="0,1,2", show_default=True,
                  metavar="N,N", help="numbers of whole layers the search may remove (0 turns it off)"),
     click.option("--quality-tolerance", type=finite, metavar="Q",
@@ -224,7 +228,7 @@ def run_fit(args: SimpleNamespace) -> int:
                          scoring_examples=args.scoring_examples, runtime=runtime,
                          recipes=tuple(args.recipe) if args.recipe else None, trim_vocabulary=args.trim_vocab,
                          recover_steps=args.recover_steps, recovery_precision=args.recover_precision,
-                         ffn_fractions=args.ffn_fractions,
+                         ffn_fractions=args.ffn_fractions, ffn_allocation=args.ffn_allocation,
                          layer_removals=args.layer_removals, require_device=args.require_device,
                          quality_tolerance=args.quality_tolerance, time_limit_minutes=args.time_limit)
     out = args.resume if args.resume is not None else args.out

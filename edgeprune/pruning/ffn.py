@@ -26,8 +26,8 @@ from edgeprune.models.base import INTERMEDIATE_SIZES_CONFIG_KEY, FeedForward
 NEURON_CRITERIA = ("weight-norm", "activation", "fluctuation")
 
 __all__ = ["INTERMEDIATE_SIZES_CONFIG_KEY", "NEURON_CRITERIA", "FeedForward", "NeuronStatistics", "ffn_layers",
-           "intermediate_sizes", "neuron_parameter_count", "neuron_statistics", "plan_neurons", "record_sizes",
-           "remove_neurons", "score_neurons", "zero_neurons"]
+           "intermediate_sizes", "neuron_parameter_count", "neuron_statistics", "plan_neuron_groups", "plan_neurons",
+           "record_sizes", "remove_neurons", "score_neurons", "zero_neurons"]
 
 
 def ffn_layers(model: nn.Module) -> list[FeedForward]:
@@ -162,6 +162,40 @@ def plan_neurons(scores: list[np.ndarray], fraction: float, per_layer: bool = Tr
             remove.setdefault(layer, []).append(i)
             left[layer] -= 1
             budget -= 1
+    return {layer: sorted(ids) for layer, ids in sorted(remove.items())}
+
+
+def plan_neuron_groups(scores: list[np.ndarray], fraction: float, multiple: int = 32,
+                       min_groups_per_layer: int = 1) -> dict[int, list[int]]:
+    """`fraction` of all FFN neurons to remove, allocated across layers by their scores: each layer's neurons are
+    grouped lowest score first, and the groups of least score per neuron go first, whichever layer they are in.
+    So each layer keeps its own width, and a larger fraction removes a superset of a smaller one's neurons.
+
+    A layer at least four multiples wide, and a multiple of `multiple`, goes in groups of `multiple` and keeps at
+    least `min_groups_per_layer` of them (as `plan_neurons`: a 4-bit recipe's groups of 32 input columns must divide
+    the down projection's width, or the recipe stores that linear at 8 bits); another goes neuron by neuron and
+    keeps one.
+    The plan stops at the first group that reaches the fraction. The scores are compared across layers as they are:
+    a neuron's fluctuation (`neuron_statistics`) is in residual-stream units."""
+    if not 0 <= fraction < 1:
+        raise UserInputError(f"fraction must be in [0, 1), got {fraction}")
+    groups = []  # (score per neuron, layer, members)
+    for layer, values in enumerate(scores):
+        grouped = len(values) % multiple == 0 and len(values) >= 4 * multiple
+        size, kept = (multiple, min_groups_per_layer * multiple) if grouped else (1, 1)
+        order = np.argsort(values, kind="stable")
+        for start in range(0, len(values) - kept, size):
+            members = order[start:start + size]
+            groups.append((float(np.mean(values[members])), layer, sorted(int(i) for i in members)))
+    wanted = int(round(fraction * sum(len(values) for values in scores)))
+    remove: dict[int, list[int]] = {}
+    removed = 0
+    # a layer's groups rise in score, so the global order takes each layer's groups in its own order
+    for _score, layer, members in sorted(groups, key=lambda group: (group[0], group[1])):
+        if removed >= wanted:
+            break
+        remove.setdefault(layer, []).extend(members)
+        removed += len(members)
     return {layer: sorted(ids) for layer, ids in sorted(remove.items())}
 
 

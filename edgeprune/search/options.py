@@ -18,6 +18,9 @@ AUTO = "auto"
 AUTO_RECOVER_STEPS = 150
 
 
+FFN_ALLOCATIONS = ("uniform", "scored")
+
+
 @dataclass
 class FitOptions:
     # "auto": the head scoring is chosen by measurement (edgeprune.search.scoring: fluctuation or Taylor, whichever
@@ -37,7 +40,10 @@ class FitOptions:
     verify_examples: int = 8  # real validation inputs each export is checked on
     # keep only embedding rows of tokens in the calibration and validation data: None searches both ways
     trim_vocabulary: bool | None = None
-    ffn_fractions: tuple[float, ...] = (0.0, 0.25, 0.5)  # of each kept layer's FFN neurons removed
+    ffn_fractions: tuple[float, ...] = (0.0, 0.25, 0.5)  # of the kept layers' FFN neurons removed
+    # how a fraction is spread over the layers: "uniform", the same fraction of every layer; "scored", groups of 32
+    # neurons of least fluctuation first, whichever layer they are in (`plan_neuron_groups`: each layer its width)
+    ffn_allocation: str = "uniform"
     layer_removals: tuple[int, ...] = (0, 1, 2)  # whole layers removed (the most redundant consecutive block)
     head_step: int | None = None  # heads removed go in multiples of this; None: the number of layers
     require_device: bool = False  # fail when the device is unreachable instead of estimating its figures
@@ -87,6 +93,8 @@ class FitOptions:
             raise UserInputError(f"recovery_precision must be one of {', '.join(PRECISIONS)}, "
                                  f"got {self.recovery_precision!r}")
         self.ffn_fractions = parse_fractions(self.ffn_fractions)
+        if self.ffn_allocation not in FFN_ALLOCATIONS:
+            raise UserInputError(f"ffn_allocation must be {' or '.join(FFN_ALLOCATIONS)}, got {self.ffn_allocation!r}")
         self.layer_removals = parse_layer_counts(self.layer_removals)
         if self.quality_tolerance is not None and not 0 <= self.quality_tolerance < math.inf:
             raise UserInputError(f"quality_tolerance must be >= 0 (in the task metric's units), got "
