@@ -46,8 +46,8 @@ VERBS = {
     "bench": LazyVerb("edgeprune.cli.artifacts:bench_command",
                       "Benchmark an artifact in a separate process on a device; save JSON and Markdown."),
     "generate": LazyVerb("edgeprune.cli.generation:generate_command",
-                         "Continue a prompt with a KV-cached generator (a causal-lm fit's model.pte), or "
-                         "benchmark it."),
+                         "Continue a prompt with a KV-cached generator (a causal-lm fit's model.pte or "
+                         "model.tflite), or benchmark it."),
     "cache": LazyVerb("edgeprune.cli.cache:cache_command", "The teachers, exports and wheels edgeprune keeps in its "
                       "cache folder ($EDGEPRUNE_CACHE), with their sizes."),
     "devices": LazyVerb("edgeprune.cli.devices:devices_group",
