@@ -10,7 +10,7 @@ X ms, decode D tokens in Y ms` per execution and `Peak resident set: N kB`; on s
 
 The generator's signatures and metadata are edgeprune/export/litert_generator.py's: `prefill` takes exactly
 `get_max_seq_len` tokens (a shorter chunk is padded; one whose padding would pass the cache's end is decoded token
-by token), `decode` one, and the per-layer KV cache goes into and comes out of every call.
+by token), `decode` one; the per-layer KV cache goes into every call, and the call's own rows come out.
 """
 
 import argparse
@@ -66,7 +66,8 @@ class Generator:
         padded = np.zeros((1, length), np.int32)
         padded[0, :len(ids)] = ids
         outputs = runner(input_ids=padded, input_pos=np.arange(start, start + length, dtype=np.int32), **self.cache)
-        self.cache = {name: outputs[name] for name in self.cache}
+        for name, cache in self.cache.items():  # k_cache_L gets the call's rows k_new_L at its positions
+            cache[:, :, start:start + length] = outputs[name.replace("_cache_", "_new_")]
         return outputs["logits"][0, len(ids) - 1]
 
     def last_logits(self, ids: list, start: int):  # noqa: ANN201 - the logits of the last of `ids`

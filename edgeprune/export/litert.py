@@ -153,8 +153,8 @@ class LiteRTRuntime(DeviceRuntime):
         # the file names no delegate: the interpreter hands what it can to its default CPU delegate (XNNPACK) as it
         # loads the model, leaving DELEGATE nodes in its graph (_get_ops_details: the interpreter's only op listing)
         delegated = any(op.get("op_name") == "DELEGATE" for op in interpreter._get_ops_details())
-        notes = [f"signatures: {', '.join(sorted(signatures))} (a generator's cache goes in and out of each call)"] \
-            if constants else []
+        flow = "the cache goes into each call, its own rows come out"
+        notes = [f"signatures: {', '.join(sorted(signatures))} ({flow})"] if constants else []
         note = ("delegates: applied by the LiteRT interpreter when it loaded the model here (its default XNNPACK CPU "
                 "delegate), not named in the file; an app enables XNNPACK in its interpreter options")
         return ProgramFacts(RuntimeInfo(self.name, "ai-edge-litert", package_version("ai-edge-litert"), schema_version),

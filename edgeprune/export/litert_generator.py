@@ -1,13 +1,15 @@
 """A decoder as a LiteRT generator: `prefill` and `decode` signatures with the KV cache as explicit state.
 
-LiteRT has no buffers a program keeps between calls, so the cache goes in and comes back out of every call, one
-`k_cache_L` and `v_cache_L` tensor `[1, kv_heads_L, context, head_dim_L]` per layer, each sized from that layer's
-own weights (a pruned layer keeps a smaller cache). This is litert-torch's generative layout (its
-`generative/layers/kv_cache.py`), built here on the Hugging Face model as it is rather than re-authored in
-litert-torch's layers, which read one global head count. A call writes its tokens' keys and values at
-`input_pos[0]` with litert-torch's `dynamic_update_slice` (a TFLite DYNAMIC_UPDATE_SLICE, so the cache is
-updated in place by the interpreter rather than rebuilt) and attends over the whole cache under a mask of the
-slots each query may see, as the ExecuTorch portable program does.
+LiteRT has no buffers a program keeps between calls, so the caller holds the cache: one `k_cache_L` and `v_cache_L`
+tensor `[1, kv_heads_L, context, head_dim_L]` per layer, each sized from that layer's own weights (a pruned layer
+keeps a smaller cache), goes into every call, and the call returns, beside the logits, the keys and values of its
+own tokens, `k_new_L` and `v_new_L` `[1, kv_heads_L, S, head_dim_L]`, which the caller writes into its cache at
+`input_pos[0]`. litert-torch's generative layout returns the whole cache instead; through the interpreter's Python
+API copying it out was most of a decode step (SmolLM2 at context 512: 23.6 MB a call; docs/FINDINGS.md). Inside the
+call the new rows are written into the cache with litert-torch's `dynamic_update_slice` (a TFLite
+DYNAMIC_UPDATE_SLICE) and attended over the whole cache under a mask of the slots each query may see, as the
+ExecuTorch portable program does; the model is the Hugging Face one as it is, not re-authored in litert-torch's
+layers, which read one global head count.
 
 Signatures have static shapes: `prefill` takes exactly `max_seq_len` tokens and `decode` one. A shorter prompt is
 padded; the padding writes keys past the prompt, which the mask hides and the next tokens overwrite before any
@@ -19,6 +21,7 @@ The generator's facts (the keys of ExecuTorch's LLM runner metadata: `get_max_se
 METADATA_NAME, where edgeprune's loaders and `inspect` read them.
 """
 
+import functools
 import json
 from pathlib import Path
 from typing import Any
@@ -29,6 +32,7 @@ from torch import nn
 
 from edgeprune.errors import UserInputError
 from edgeprune.generation import CacheLayout
+from edgeprune.generation.fast_attention import attention_implementation
 from edgeprune.generation.program import ProgramSpec
 
 METADATA_NAME = "edgeprune.generator"
@@ -36,8 +40,13 @@ PREFILL, DECODE = "prefill", "decode"
 
 
 def cache_names(layers: int) -> list[str]:
-    """The cache tensors' names in signature inputs and outputs, layer by layer."""
+    """The cache tensors' names in signature inputs, layer by layer."""
     return [f"{kind}_cache_{layer}" for layer in range(layers) for kind in ("k", "v")]
+
+
+def new_row_name(cache_name: str) -> str:
+    """The output holding a call's own rows of the cache input `cache_name`: k_cache_3 → k_new_3."""
+    return cache_name.replace("_cache_", "_new_")
 
 
 class ExplicitKVCache:
@@ -48,6 +57,7 @@ class ExplicitKVCache:
     def __init__(self, tensors: list[torch.Tensor], start: torch.Tensor) -> None:
         self.tensors = tensors  # k_0, v_0, k_1, v_1, ...
         self.start = start  # the first token's position, a 0-d int32 tensor
+        self.new_rows: list[torch.Tensor] = list(tensors)  # this call's keys and values, k_0, v_0, ...
 
     def update(self, key_states: torch.Tensor, value_states: torch.Tensor, layer_idx: int,
                *args: object, **kwargs: object) -> tuple[torch.Tensor, torch.Tensor]:
@@ -56,18 +66,52 @@ class ExplicitKVCache:
         zero = torch.zeros([], dtype=torch.int32)
         at = [zero, zero, self.start, zero]  # [batch, kv head, slot, feature]: the tokens' slots from `start` on
         keys, values = self.tensors[2 * layer_idx], self.tensors[2 * layer_idx + 1]
-        keys = dynamic_update_slice(keys, key_states.to(keys.dtype), at)
-        values = dynamic_update_slice(values, value_states.to(values.dtype), at)
+        key_states, value_states = key_states.to(keys.dtype), value_states.to(values.dtype)
+        keys = dynamic_update_slice(keys, key_states, at)
+        values = dynamic_update_slice(values, value_states, at)
         self.tensors[2 * layer_idx], self.tensors[2 * layer_idx + 1] = keys, values
+        self.new_rows[2 * layer_idx], self.new_rows[2 * layer_idx + 1] = key_states, value_states
         return keys, values
 
     def get_seq_length(self, layer_idx: int = 0) -> int:  # noqa: ARG002 - Cache's signature
         return 0  # positions always come from input_pos
 
 
+GROUPED_ATTENTION = "edgeprune_grouped"  # the attention function the converted layers call (registered below)
+
+
+def grouped_attention(module: nn.Module, query: torch.Tensor, key: torch.Tensor, value: torch.Tensor,
+                      attention_mask: torch.Tensor, dropout: float = 0.0, scaling: float | None = None,
+                      **kwargs: object) -> tuple[torch.Tensor, None]:
+    """Hugging Face's eager attention with the query heads of each KV head folded into its rows, so that keys and
+    values are never repeated per query head: query `[1, heads, S, D]`, key and value the whole cache `[1,
+    kv_heads, context, D]`, the additive mask `[1, 1, S, context]`; output `[1, S, heads, D]`.
+
+    transformers' `repeat_kv` expands the cache to every query head (BROADCAST_TO in the converted graph), which
+    LiteRT runs in its reference kernel: 64 % of a SmolLM2 decode step's time, 2 to 4 tokens/s (docs/FINDINGS.md)."""
+    batch, heads, length, size = query.shape
+    kv_heads, slots = key.shape[1], key.shape[2]
+    groups = heads // kv_heads
+    scale = scaling if scaling is not None else size ** -0.5
+    grouped = query.reshape(batch, kv_heads, groups * length, size)  # head h = kv × groups + g: rows (g, s)
+    scores = torch.matmul(grouped, key.transpose(2, 3)) * scale
+    scores = scores.reshape(batch, kv_heads, groups, length, slots) + attention_mask[:, :, None, :, :slots]
+    weights = torch.softmax(scores.reshape(batch, kv_heads, groups * length, slots), dim=-1)
+    output = torch.matmul(weights, value).reshape(batch, heads, length, size)
+    return output.transpose(1, 2).contiguous(), None
+
+
+@functools.cache  # once per process: the registry is global
+def register_grouped_attention() -> None:
+    from transformers import AttentionInterface
+
+    AttentionInterface.register(GROUPED_ATTENTION, grouped_attention)
+
+
 class SignatureGenerator(nn.Module):
     """`forward(input_ids [1, S], input_pos [S], k_cache_0, v_cache_0, ...)` → `{"logits": [1, S, vocab],
-    "k_cache_0": ..., ...}`: the module both signatures are converted from (S = max_seq_len and 1)."""
+    "k_new_0": [1, kv_heads_0, S, head_dim_0], ...}`: the module both signatures are converted from (S =
+    max_seq_len and 1)."""
 
     def __init__(self, model: nn.Module, context: int) -> None:
         super().__init__()
@@ -81,9 +125,12 @@ class SignatureGenerator(nn.Module):
         slots = torch.arange(self.context)
         visible = slots[None, :] <= input_pos[:, None]  # [S, context]: a query sees its own and earlier slots
         mask = torch.where(visible, 0.0, torch.finfo(torch.float32).min)[None, None]
-        logits = self.model(input_ids=input_ids, attention_mask=mask, position_ids=input_pos[None], cache=cache,
-                            use_cache=True).logits
-        return {"logits": logits, **dict(zip(names, cache.tensors, strict=True))}
+        register_grouped_attention()
+        with attention_implementation(self.model, GROUPED_ATTENTION):
+            logits = self.model(input_ids=input_ids, attention_mask=mask, position_ids=input_pos[None], cache=cache,
+                                use_cache=True).logits
+        return {"logits": logits, **{new_row_name(name): rows for name, rows in zip(names, cache.new_rows,
+                                                                                   strict=True)}}
 
 
 def empty_caches(layout: CacheLayout) -> dict[str, torch.Tensor]:
@@ -184,5 +231,6 @@ class LiteRTGenerator:
     def _run(self, runner: Any, ids: np.ndarray, start: int) -> np.ndarray:
         positions = np.arange(start, start + len(ids), dtype=np.int32)
         outputs = runner(input_ids=ids[None], input_pos=positions, **self._cache)
-        self._cache = {name: outputs[name] for name in self._cache}
+        for name, cache in self._cache.items():  # the call's own keys and values, written at its positions
+            cache[:, :, start:start + len(ids)] = outputs[new_row_name(name)]
         return np.array(outputs["logits"])

@@ -35,7 +35,8 @@ LITERT = RuntimeSpec(
     ),
     device_generator="edgeprune.bench.litert_generate",
     # the generator's prefill takes exactly max_seq_len tokens (a shorter chunk is padded; one whose padding would pass
-    # the cache's end is decoded token by token) and decode one; the KV cache goes into and comes out of every call
+    # the cache's end is decoded token by token) and decode one; the KV cache goes into every call, and the call's own
+    # rows come out
     usage_generator=(
         'interpreter = Interpreter(spec["artifact"])',
         'prefill, decode = interpreter.get_signature_runner("prefill"), interpreter.get_signature_runner("decode")',
@@ -44,10 +45,10 @@ LITERT = RuntimeSpec(
         "",
         "",
         "def call(runner, ids, start):",
-        "    global cache",
         "    positions = np.arange(start, start + ids.shape[1], dtype=np.int32)",
         "    outputs = runner(input_ids=ids, input_pos=positions, **cache)",
-        "    cache = {name: outputs[name] for name in cache}",
+        "    for name, rows in cache.items():  # the call returns its own keys and values: k_cache_L <- k_new_L",
+        '        rows[:, :, start:start + ids.shape[1]] = outputs[name.replace("_cache_", "_new_")]',
         '    return outputs["logits"]',
         "",
         "",
