@@ -21,7 +21,6 @@ The generator's facts (the keys of ExecuTorch's LLM runner metadata: `get_max_se
 METADATA_NAME, where edgeprune's loaders and `inspect` read them.
 """
 
-import functools
 import json
 from pathlib import Path
 from typing import Any
@@ -32,7 +31,7 @@ from torch import nn
 
 from edgeprune.errors import UserInputError
 from edgeprune.generation import CacheLayout
-from edgeprune.generation.fast_attention import attention_implementation
+from edgeprune.generation.grouped_attention import grouped_attention_in
 from edgeprune.generation.program import ProgramSpec
 
 METADATA_NAME = "edgeprune.generator"
@@ -77,37 +76,6 @@ class ExplicitKVCache:
         return 0  # positions always come from input_pos
 
 
-GROUPED_ATTENTION = "edgeprune_grouped"  # the attention function the converted layers call (registered below)
-
-
-def grouped_attention(module: nn.Module, query: torch.Tensor, key: torch.Tensor, value: torch.Tensor,
-                      attention_mask: torch.Tensor, dropout: float = 0.0, scaling: float | None = None,
-                      **kwargs: object) -> tuple[torch.Tensor, None]:
-    """Hugging Face's eager attention with the query heads of each KV head folded into its rows, so that keys and
-    values are never repeated per query head: query `[1, heads, S, D]`, key and value the whole cache `[1,
-    kv_heads, context, D]`, the additive mask `[1, 1, S, context]`; output `[1, S, heads, D]`.
-
-    transformers' `repeat_kv` expands the cache to every query head (BROADCAST_TO in the converted graph), which
-    LiteRT runs in its reference kernel: 64 % of a SmolLM2 decode step's time, 2 to 4 tokens/s (docs/FINDINGS.md)."""
-    batch, heads, length, size = query.shape
-    kv_heads, slots = key.shape[1], key.shape[2]
-    groups = heads // kv_heads
-    scale = scaling if scaling is not None else size ** -0.5
-    grouped = query.reshape(batch, kv_heads, groups * length, size)  # head h = kv × groups + g: rows (g, s)
-    scores = torch.matmul(grouped, key.transpose(2, 3)) * scale
-    scores = scores.reshape(batch, kv_heads, groups, length, slots) + attention_mask[:, :, None, :, :slots]
-    weights = torch.softmax(scores.reshape(batch, kv_heads, groups * length, slots), dim=-1)
-    output = torch.matmul(weights, value).reshape(batch, heads, length, size)
-    return output.transpose(1, 2).contiguous(), None
-
-
-@functools.cache  # once per process: the registry is global
-def register_grouped_attention() -> None:
-    from transformers import AttentionInterface
-
-    AttentionInterface.register(GROUPED_ATTENTION, grouped_attention)
-
-
 class SignatureGenerator(nn.Module):
     """`forward(input_ids [1, S], input_pos [S], k_cache_0, v_cache_0, ...)` → `{"logits": [1, S, vocab],
     "k_new_0": [1, kv_heads_0, S, head_dim_0], ...}`: the module both signatures are converted from (S =
@@ -125,8 +93,7 @@ class SignatureGenerator(nn.Module):
         slots = torch.arange(self.context)
         visible = slots[None, :] <= input_pos[:, None]  # [S, context]: a query sees its own and earlier slots
         mask = torch.where(visible, 0.0, torch.finfo(torch.float32).min)[None, None]
-        register_grouped_attention()
-        with attention_implementation(self.model, GROUPED_ATTENTION):
+        with grouped_attention_in(self.model):
             logits = self.model(input_ids=input_ids, attention_mask=mask, position_ids=input_pos[None], cache=cache,
                                 use_cache=True).logits
         return {"logits": logits, **{new_row_name(name): rows for name, rows in zip(names, cache.new_rows,

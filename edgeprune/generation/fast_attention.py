@@ -13,13 +13,12 @@ names; `cached_sdpa_forward` registers one under ATTENTION_NAME and selects it f
 travels as an attention keyword (`TransformersKwargs` pass through every layer to the attention function).
 """
 
-import contextlib
 import functools
-from collections.abc import Iterator
 
 import torch
 from torch import nn
 
+from edgeprune.generation.grouped_attention import attention_implementation
 from edgeprune.generation.kv_cache import CacheLayout, StaticKVCache
 
 # how an exported generator attends: aten ops only (any ExecuTorch runtime, the boards' native runner included) or
@@ -81,18 +80,6 @@ def custom_sdpa_attention(module: nn.Module, query: torch.Tensor, key: torch.Ten
     output = torch.ops.llama.custom_sdpa(query.transpose(1, 2), key, value, start, None, 0.0, True,
                                          scaling)
     return output, None
-
-
-@contextlib.contextmanager
-def attention_implementation(model: nn.Module, name: str) -> Iterator[None]:
-    """`model`'s layers dispatch to attention function `name` inside the block, to their own again after."""
-    config = model.config
-    before = config._attn_implementation
-    config._attn_implementation = name
-    try:
-        yield
-    finally:
-        config._attn_implementation = before
 
 
 @functools.cache  # once per process: the registry is global
