@@ -179,3 +179,22 @@ def test_the_device_generator_refuses_a_program_that_is_not_a_generator(tmp_path
     done = subprocess.run([sys.executable, script, f"--model_path={plain}", f"--prompt={tmp_path / 'prompt.bin'}",
                            "--generate=2"], capture_output=True, text=True, timeout=120)
     assert done.returncode == 1 and "is not a KV-cached generator" in done.stderr
+
+
+@pytest.mark.parametrize("heads,kv_heads,length", [(8, 2, 5), (3, 1, 1), (4, 4, 3)])
+def test_grouped_attention_equals_the_eager_attention_it_replaces(heads, kv_heads, length):
+    """The cache is read per KV head, never repeated per query head, with the values of transformers' eager path."""
+    from transformers.models.llama.modeling_llama import eager_attention_forward
+
+    from edgeprune.generation.grouped_attention import grouped_attention
+
+    generator = torch.Generator().manual_seed(heads + length)
+    query = torch.randn(1, heads, length, 8, generator=generator)
+    key, value = (torch.randn(1, kv_heads, 12, 8, generator=generator) for _ in range(2))
+    mask = torch.where(torch.rand(1, 1, length, 12, generator=generator) > 0.3, 0.0, -1e9)
+    module = torch.nn.Module()
+    module.num_key_value_groups, module.training = heads // kv_heads, False
+    expected, _ = eager_attention_forward(module, query, key, value, mask, scaling=8 ** -0.5)
+    got, _ = grouped_attention(module, query, key, value, mask, scaling=8 ** -0.5)
+    assert got.shape == expected.shape == (1, length, heads, 8)
+    assert torch.allclose(got, expected, atol=1e-6)
