@@ -44,9 +44,9 @@ def parse_depths(text: str) -> tuple[int, ...]:
 @click.option("--depths", default="128,1024", show_default=True, help="--bench: tokens already in the cache when "
               "decode is timed (depths the context cannot hold are left out)")
 @click.option("--threads", type=int, help="default: every core here, the profile's threads on a --device")
-@click.option("--device", envvar="EDGEPRUNE_DEVICE", help="generate (or --bench) on this device profile's board, "
-              "by the native ExecuTorch runner `devices setup` builds there (env EDGEPRUNE_DEVICE; .pte only); "
-              "default: here, by the runtime's Python API (ExecuTorch or LiteRT)")
+@click.option("--device", envvar="EDGEPRUNE_DEVICE", help="generate (or --bench) on this device profile's board: a "
+              ".pte by the native ExecuTorch runner `devices setup` builds there, a .tflite by LiteRT's generator "
+              "module under the board's Python (env EDGEPRUNE_DEVICE); default: here, by the runtime's Python API")
 @click.option("--binary", metavar="PATH", help="the native ExecuTorch runner to generate with: a path on the device, "
               "or a local build to push (default: the profile's)")
 @click.option("--runs", type=int, default=3, show_default=True, help="--bench on a --device: timed generations "
