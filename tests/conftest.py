@@ -81,7 +81,8 @@ def shared_between_workers(tmp_path_factory, name: str) -> Path:
 # whole files in collection order (`--dist loadfile --no-loadscope-reorder`), these start first and the short files
 # fill in around them, so that no long file starts last and runs alone (a hint: a file missing here only runs later).
 LONGEST_FILES = (
-    "test_readme_commands.py", "test_recipes.py", "test_fit_recovery.py", "test_cluster.py", "test_minilm_fit.py",
+    "test_cli_score_prune.py", "test_readme_commands.py", "test_recipes.py", "test_fit_recovery.py", "test_cluster.py",
+    "test_minilm_fit.py", "test_decoder_recipe.py", "test_litert_generator.py", "test_fit_decoder_litert.py",
     "test_fit_integration.py", "test_fit_kill_anywhere.py", "test_fit_decoder.py", "test_fit_resume_and_budgets.py",
     "test_fleet.py", "test_runtime_dimension.py", "test_fit_auto_recovery.py", "test_ray_address.py",
     "test_progress_cli.py", "test_byo_minilm.py", "test_cli_artifacts.py", "test_app_handoff.py",
