@@ -198,3 +198,29 @@ def test_grouped_attention_equals_the_eager_attention_it_replaces(heads, kv_head
     got, _ = grouped_attention(module, query, key, value, mask, scaling=8 ** -0.5)
     assert got.shape == expected.shape == (1, length, heads, 8)
     assert torch.allclose(got, expected, atol=1e-6)
+
+
+@pytest.mark.parametrize("recipe", ["litert-fp32", "litert-int8", "fp32"])
+def test_a_tied_output_layer_is_sized_as_the_runtime_stores_it(tmp_path, recipe):
+    """A decoder whose output layer is its embedding table (SmolLM2, Llama 3.2): LiteRT's converter stores the table
+    once, ExecuTorch twice; the size model says so (before, it predicted a litert-fp32 SmolLM2 at 651 MB for 540)."""
+    from transformers import LlamaConfig, LlamaForCausalLM
+
+    from edgeprune.models.classifier import CausalLMLogits
+    from edgeprune.quantize import RECIPES
+    from edgeprune.quantize.size_model import ParameterLayout, payload_bytes
+
+    torch.manual_seed(0)
+    config = LlamaConfig(vocab_size=32768, hidden_size=64, intermediate_size=128, num_hidden_layers=2,
+                         num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=64,
+                         tie_word_embeddings=True, bos_token_id=1, eos_token_id=2)
+    model = CausalLMLogits(LlamaForCausalLM(config).eval(), CONTEXT).eval()
+    layout = ParameterLayout.of(model)
+    assert layout.tied_output
+    table = 32768 * 64 * (1 if recipe == "litert-int8" else 4)  # the table's bytes in the recipe's format
+    predicted = payload_bytes(layout, RECIPES.get(recipe))
+    path = tmp_path / f"model{'.pte' if recipe == 'fp32' else '.tflite'}"
+    size = export(model, (torch.arange(PREFILL)[None] + 3, torch.arange(PREFILL)), path, recipe).size_bytes
+    # within the file's overhead (graph, signatures, quantization parameters: what the size model learns per recipe
+    # from real files), under half the second copy of the table that counting it twice would add
+    assert abs(size - predicted) < table / 2

@@ -25,19 +25,22 @@ class ParameterLayout:
 
     matrices: tuple[tuple[str, int, int], ...]  # ("linear" | "output" | "embedding", rows, columns)
     other_parameters: int
+    tied_output: bool = False  # the output layer's weight is an embedding table's (counted in both matrices)
 
     @classmethod
     def of(cls, model: nn.Module) -> "ParameterLayout":
         matrices = []
         counted: set[int] = set()
         head = output_layer(model)
+        tables = {id(m.weight) for m in model.modules() if isinstance(m, nn.Embedding)}
         for module in model.modules():
             if isinstance(module, nn.Linear | nn.Embedding):
                 rows, cols = module.weight.shape
                 kind = "embedding" if isinstance(module, nn.Embedding) else "output" if module is head else "linear"
                 matrices.append((kind, rows, cols))
                 counted.add(id(module.weight))
-        return cls(tuple(matrices), sum(p.numel() for p in model.parameters() if id(p) not in counted))
+        return cls(tuple(matrices), sum(p.numel() for p in model.parameters() if id(p) not in counted),
+                   head is not None and id(head.weight) in tables)
 
     @property
     def core_parameters(self) -> int:
@@ -54,6 +57,8 @@ def payload_bytes(model: "nn.Module | ParameterLayout", recipe: Recipe) -> int:
     head = FORMATS.get(recipe.output_layer or recipe.linear)
     total = 0.0
     for kind, rows, cols in layout.matrices:
+        if kind == "output" and layout.tied_output and runtime.stores_tied_weights_once:
+            continue  # the table's bytes, counted with the embedding
         if kind != "embedding":
             total += (head if kind == "output" else linear).linear_bytes(rows, cols, runtime, recipe.group_size)
         else:

@@ -73,6 +73,9 @@ class RuntimeSpec:
     # native ExecuTorch runner's --generate command line and log: edgeprune/generation/native.py); "": its native
     # tool generates
     device_generator: str = ""
+    # whether one weight used by two matrices (a decoder's embedding table tied to its output layer) is stored once
+    # (size model); ExecuTorch stores it twice, LiteRT's converter once
+    stores_tied_weights_once: bool = False
 
     @property
     def packages(self) -> dict[str, str]:
