@@ -1,5 +1,6 @@
 """How fit spreads an FFN cut over the layers: the same fraction of every layer (uniform) against groups of 32
-neurons allocated across layers by their fluctuation (scored, `plan_neuron_groups`), one-shot on `minilm-bbc`.
+neurons allocated across layers by their fluctuation (scored, `plan_neurons(..., per_layer=False)`), one-shot on
+`minilm-bbc`.
 
     flock /tmp/edgeprune-heavy.lock .venv/bin/python benchmarks/ffn_allocation.py [--examples 256]
         [--fractions 0.25,0.5,0.75] [--heads 0,36] [--threads 2] [--out benchmarks/results]
@@ -25,7 +26,7 @@ from split_quality import dense_test_embeddings, evaluate
 from edgeprune import bundled_task, plan_global_topk, score_heads
 from edgeprune.progress import Progress
 from edgeprune.pruning import StructureCompensation, StructurePlan, apply_structure, measure_head_means
-from edgeprune.pruning.ffn import neuron_statistics, plan_neuron_groups, plan_neurons
+from edgeprune.pruning.ffn import neuron_statistics, plan_neurons
 from edgeprune.pruning.structure import ffn_kept_from_removal
 
 
@@ -59,7 +60,7 @@ def main() -> int:
         for fraction in (float(f) for f in args.fractions.split(",")):
             for allocation, removal in (
                     ("uniform", plan_neurons(neurons.fluctuation, fraction, multiple=32)),
-                    ("scored", plan_neuron_groups(neurons.fluctuation, fraction, multiple=32))):
+                    ("scored", plan_neurons(neurons.fluctuation, fraction, per_layer=False, multiple=32))):
                 kept = ffn_kept_from_removal(widths, removal)
                 structure = StructurePlan(plan, kept)
                 model = apply_structure(copy.deepcopy(teacher), structure, StructureCompensation(means, neurons.means))

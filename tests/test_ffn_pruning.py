@@ -12,7 +12,6 @@ from edgeprune.pruning.ffn import (
     INTERMEDIATE_SIZES_CONFIG_KEY,
     intermediate_sizes,
     neuron_parameter_count,
-    plan_neuron_groups,
     plan_neurons,
     remove_neurons,
     score_neurons,
@@ -112,7 +111,7 @@ def test_a_scored_plan_spreads_the_fraction_over_layers_by_score_on_group_multip
     rng = np.random.default_rng(1)
     quiet, loud, narrow = rng.random(512) * 0.1, rng.random(512) + 1.0, rng.random(40) * 0.05
     scores = [quiet, loud, narrow]
-    plan = plan_neuron_groups(scores, 0.5, multiple=32)
+    plan = plan_neurons(scores, 0.5, per_layer=False, multiple=32)
     total = sum(map(len, plan.values()))
     assert 532 <= total < 532 + 32  # half of 1064 neurons, to the first group that reaches it
     # the quiet layer goes first, down to one group; the narrow one (not on the multiple) neuron by neuron, keeping
@@ -120,21 +119,21 @@ def test_a_scored_plan_spreads_the_fraction_over_layers_by_score_on_group_multip
     assert len(plan[0]) == 512 - 32 and len(plan[2]) == 39
     assert len(plan[1]) % 32 == 0 and 512 - len(plan[1]) >= 32
     assert plan[0] == sorted(np.argsort(quiet, kind="stable")[:480].tolist())  # each layer's lowest scores
-    assert len(plan_neuron_groups(scores, 0.5, min_groups_per_layer=4)[0]) == 512 - 128
+    assert len(plan_neurons(scores, 0.5, per_layer=False, multiple=32, min_per_layer=128)[0]) == 512 - 128
     for layer in (0, 1):
         assert (len(scores[layer]) - len(plan.get(layer, []))) % 32 == 0
     # a larger fraction removes a superset of a smaller one's neurons (the search assumes nested structures)
-    smaller = plan_neuron_groups(scores, 0.25, multiple=32)
+    smaller = plan_neurons(scores, 0.25, per_layer=False, multiple=32)
     assert all(set(ids) <= set(plan[layer]) for layer, ids in smaller.items())
-    assert plan_neuron_groups(scores, 0.0) == {}
+    assert plan_neurons(scores, 0.0, per_layer=False, multiple=32) == {}
     with pytest.raises(UserInputError, match="fraction must be in"):
-        plan_neuron_groups(scores, 1.0)
+        plan_neurons(scores, 1.0, per_layer=False)
 
 
 def test_equal_scores_give_the_uniform_plan_on_group_multiples():
     """With every layer's scores alike, the scored plan takes as much from each layer as the uniform one."""
     base = np.random.default_rng(2).random(256)
-    scored = plan_neuron_groups([base, base.copy()], 0.25, multiple=32)
+    scored = plan_neurons([base, base.copy()], 0.25, per_layer=False, multiple=32)
     uniform = plan_neurons([base, base.copy()], 0.25, multiple=32)
     assert scored == uniform
 

@@ -26,7 +26,7 @@ from edgeprune.models.base import INTERMEDIATE_SIZES_CONFIG_KEY, FeedForward
 NEURON_CRITERIA = ("weight-norm", "activation", "fluctuation")
 
 __all__ = ["INTERMEDIATE_SIZES_CONFIG_KEY", "NEURON_CRITERIA", "FeedForward", "NeuronStatistics", "ffn_layers",
-           "intermediate_sizes", "neuron_parameter_count", "neuron_statistics", "plan_neuron_groups", "plan_neurons",
+           "intermediate_sizes", "neuron_parameter_count", "neuron_statistics", "plan_neurons",
            "record_sizes", "remove_neurons", "score_neurons", "zero_neurons"]
 
 
@@ -135,11 +135,15 @@ def neuron_statistics(model: nn.Module, batches: Iterable[Batch]) -> NeuronStati
 def plan_neurons(scores: list[np.ndarray], fraction: float, per_layer: bool = True,
                  min_per_layer: int = 1, multiple: int = 1) -> dict[int, list[int]]:
     """The lowest-scoring neurons to remove: `fraction` of each layer (equal widths stay equal), or of all
-    neurons chosen globally (`per_layer=False`, scores compared across layers as they are).
+    neurons chosen globally (`per_layer=False`, scores compared across layers as they are: a neuron's fluctuation,
+    `neuron_statistics`, is in residual-stream units).
 
-    `multiple` (per layer): a layer at least four multiples wide, and a multiple of it, keeps a width on its
-    multiples (the nearest to the fraction's): a 4-bit recipe's groups of 32 input columns must divide the down
-    projection's width, or the recipe stores that linear at 8 bits."""
+    `multiple`: a layer at least four multiples wide, and a multiple of it, keeps a width on its multiples (a 4-bit
+    recipe's groups of 32 input columns must divide the down projection's width, or the recipe stores that linear
+    at 8 bits). Per layer, the width nearest to the fraction's; globally, the layer's neurons go in groups of
+    `multiple`, lowest scores first, and the groups of least score per neuron go first, whichever layer they are
+    in, until the fraction is reached (so a larger fraction removes a superset of a smaller one's neurons); such a
+    layer keeps at least one group, another at least `min_per_layer` neurons."""
     if not 0 <= fraction < 1:
         raise UserInputError(f"fraction must be in [0, 1), got {fraction}")
     remove: dict[int, list[int]] = {}
@@ -152,43 +156,16 @@ def plan_neurons(scores: list[np.ndarray], fraction: float, per_layer: bool = Tr
             if count > 0:
                 remove[layer] = sorted(int(i) for i in np.argsort(values, kind="stable")[:count])
         return remove
-    flat = sorted((float(v), layer, i) for layer, values in enumerate(scores) for i, v in enumerate(values))
-    budget = int(round(fraction * len(flat)))
-    left = [len(values) for values in scores]
-    for _value, layer, i in flat:
-        if budget == 0:
-            break
-        if left[layer] > min_per_layer:
-            remove.setdefault(layer, []).append(i)
-            left[layer] -= 1
-            budget -= 1
-    return {layer: sorted(ids) for layer, ids in sorted(remove.items())}
-
-
-def plan_neuron_groups(scores: list[np.ndarray], fraction: float, multiple: int = 32,
-                       min_groups_per_layer: int = 1) -> dict[int, list[int]]:
-    """`fraction` of all FFN neurons to remove, allocated across layers by their scores: each layer's neurons are
-    grouped lowest score first, and the groups of least score per neuron go first, whichever layer they are in.
-    So each layer keeps its own width, and a larger fraction removes a superset of a smaller one's neurons.
-
-    A layer at least four multiples wide, and a multiple of `multiple`, goes in groups of `multiple` and keeps at
-    least `min_groups_per_layer` of them (as `plan_neurons`: a 4-bit recipe's groups of 32 input columns must divide
-    the down projection's width, or the recipe stores that linear at 8 bits); another goes neuron by neuron and
-    keeps one.
-    The plan stops at the first group that reaches the fraction. The scores are compared across layers as they are:
-    a neuron's fluctuation (`neuron_statistics`) is in residual-stream units."""
-    if not 0 <= fraction < 1:
-        raise UserInputError(f"fraction must be in [0, 1), got {fraction}")
     groups = []  # (score per neuron, layer, members)
     for layer, values in enumerate(scores):
-        grouped = len(values) % multiple == 0 and len(values) >= 4 * multiple
-        size, kept = (multiple, min_groups_per_layer * multiple) if grouped else (1, 1)
+        grouped = multiple > 1 and len(values) % multiple == 0 and len(values) >= 4 * multiple
+        size = multiple if grouped else 1
+        kept = max(size, -(-min_per_layer // size) * size)  # min_per_layer, rounded up to whole groups
         order = np.argsort(values, kind="stable")
         for start in range(0, len(values) - kept, size):
             members = order[start:start + size]
             groups.append((float(np.mean(values[members])), layer, sorted(int(i) for i in members)))
     wanted = int(round(fraction * sum(len(values) for values in scores)))
-    remove: dict[int, list[int]] = {}
     removed = 0
     # a layer's groups rise in score, so the global order takes each layer's groups in its own order
     for _score, layer, members in sorted(groups, key=lambda group: (group[0], group[1])):

@@ -42,7 +42,7 @@ class FitOptions:
     trim_vocabulary: bool | None = None
     ffn_fractions: tuple[float, ...] = (0.0, 0.25, 0.5)  # of the kept layers' FFN neurons removed
     # how a fraction is spread over the layers: "uniform", the same fraction of every layer; "scored", groups of 32
-    # neurons of least fluctuation first, whichever layer they are in (`plan_neuron_groups`: each layer its width)
+    # neurons of least fluctuation first, whichever layer they are in (`plan_neurons` globally: each layer its width)
     ffn_allocation: str = "uniform"
     layer_removals: tuple[int, ...] = (0, 1, 2)  # whole layers removed (the most redundant consecutive block)
     head_step: int | None = None  # heads removed go in multiples of this; None: the number of layers

@@ -16,7 +16,7 @@ from edgeprune.errors import UserInputError
 from edgeprune.importance import HeadScores
 from edgeprune.pruning import PruningPlan, measure_flops
 from edgeprune.pruning.compensation import HeadOutputMeans
-from edgeprune.pruning.ffn import NeuronStatistics, intermediate_sizes, plan_neuron_groups, plan_neurons
+from edgeprune.pruning.ffn import NeuronStatistics, intermediate_sizes, plan_neurons
 from edgeprune.pruning.structure import StructureCompensation, StructurePlan, apply_structure, ffn_kept_from_removal
 from edgeprune.quantize import FP32_RECIPE, RECIPES, Recipe, SizeModel, fidelity_rank
 from edgeprune.quantize.recipes import INT4_GROUP
@@ -89,10 +89,8 @@ class ShapeFacts:
         ffn_kept = None
         if shape.ffn_fraction:
             # widths on the 4-bit groups, so that no down projection of an int4 candidate stays at 8 bits
-            fluctuation = self.neuron_statistics().fluctuation
-            removal = (plan_neuron_groups(fluctuation, shape.ffn_fraction, multiple=INT4_GROUP)
-                       if self.options.ffn_allocation == "scored"
-                       else plan_neurons(fluctuation, shape.ffn_fraction, multiple=INT4_GROUP))
+            removal = plan_neurons(self.neuron_statistics().fluctuation, shape.ffn_fraction,
+                                   per_layer=self.options.ffn_allocation == "uniform", multiple=INT4_GROUP)
             ffn_kept = ffn_kept_from_removal(intermediate_sizes(self.teacher), removal)
         if shape.trim_vocabulary and self.vocabulary is None:
             raise UserInputError("this task has no vocabulary to trim")
