@@ -22,11 +22,9 @@ def decoder_data(folder):
                                                for i in range(0, 24, 2)])
 
 
-@pytest.fixture(scope="module")
-def gqa_fit(tmp_path_factory):
-    """8 query heads over 2 KV heads per layer: a probe at half the removable heads (7) cannot split evenly
-    between the two layers, which crashed fit before its plans snapped to whole groups."""
-    folder = tmp_path_factory.mktemp("gqa-fit")
+def fit_tiny_gqa(folder, *flags: str):  # noqa: ANN001, ANN201 - a Path; (exit code, result JSON, out folder)
+    """`edgeprune fit` as a user types it on a tiny grouped-query Llama (8 query heads over 2 KV heads per layer) and
+    text of its own, heads only, no recovery, budgets of 7.925 MB and 1 decode token/s, plus `flags`."""
     model = tiny_llama_dir(folder / "llama", heads=8, kv_heads=2)
     out, printed = folder / "fit", io.StringIO()
     with pytest.MonkeyPatch.context() as patch, contextlib.redirect_stdout(printed):
@@ -34,12 +32,17 @@ def gqa_fit(tmp_path_factory):
         code = main(["fit", *NO_RECOVERY,
                      "--task", "causal-lm", "--model", str(model), "--data", str(decoder_data(folder)),
                      "--max-length", "16", "--device", "host", "--max-mb", "7.925", "--min-decode-tps", "1",
-                     "--max-memory-mb", "4096", "--max-ttft-ms", "5000", "--prompt-tokens", "6",
-                     "--recipe", "fp32",
-                     "--ffn-fractions", "0", "--layer-removals", "0", "--scoring-examples", "8", "--quiet",
+                     *flags, "--ffn-fractions", "0", "--layer-removals", "0", "--scoring-examples", "8", "--quiet",
                      "--json", "--out", str(out)])
-    result = json.loads(printed.getvalue())
-    return code, result, out
+    return code, json.loads(printed.getvalue()), out
+
+
+@pytest.fixture(scope="module")
+def gqa_fit(tmp_path_factory):
+    """A probe at half the removable heads (7) cannot split evenly between the two layers' KV groups, which crashed
+    fit before its plans snapped to whole groups."""
+    return fit_tiny_gqa(tmp_path_factory.mktemp("gqa-fit"), "--max-memory-mb", "4096", "--max-ttft-ms", "5000",
+                        "--prompt-tokens", "6", "--recipe", "fp32")
 
 
 def test_a_gqa_decoder_fits_through_the_cli(gqa_fit):

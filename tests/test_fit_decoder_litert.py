@@ -2,33 +2,18 @@
 KV-cached generator (prefill and decode signatures), timed decoding per candidate and held to the decode budget,
 benchmarked as a generator, described by model.json, and its USAGE.md generates as written."""
 
-import contextlib
-import io
 import json
 import subprocess
 import sys
 
 import pytest
 
-from edgeprune.cli import main
-from tests._byo import tiny_llama_dir
-from tests.test_fit_decoder import decoder_data
-from tests.test_fit_integration import NO_RECOVERY
+from tests.test_fit_decoder import fit_tiny_gqa
 
 
 @pytest.fixture(scope="module")
 def litert_fit(tmp_path_factory):
-    folder = tmp_path_factory.mktemp("gqa-fit-litert")
-    model = tiny_llama_dir(folder / "llama", heads=8, kv_heads=2)
-    out, printed = folder / "fit", io.StringIO()
-    with pytest.MonkeyPatch.context() as patch, contextlib.redirect_stdout(printed):
-        patch.setenv("EDGEPRUNE_CACHE", str(folder / "cache"))
-        code = main(["fit", *NO_RECOVERY,
-                     "--task", "causal-lm", "--model", str(model), "--data", str(decoder_data(folder)),
-                     "--max-length", "16", "--device", "host", "--runtime", "litert", "--max-mb", "7.925",
-                     "--min-decode-tps", "1", "--ffn-fractions", "0", "--layer-removals", "0",
-                     "--scoring-examples", "8", "--quiet", "--json", "--out", str(out)])
-    return code, json.loads(printed.getvalue()), out
+    return fit_tiny_gqa(tmp_path_factory.mktemp("gqa-fit-litert"), "--runtime", "litert")
 
 
 def test_a_gqa_decoder_fits_for_litert_and_ships_a_generator(litert_fit):

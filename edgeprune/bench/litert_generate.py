@@ -15,6 +15,7 @@ by token), `decode` one; the per-layer KV cache goes into every call, and the ca
 
 import argparse
 import json
+import mmap
 import sys
 import time
 
@@ -26,13 +27,13 @@ def metadata(path: str) -> dict:
     script runs where edgeprune is not installed)."""
     from ai_edge_litert import schema_py_generated as schema
 
-    with open(path, "rb") as file:
-        data = file.read()
-    model = schema.Model.GetRootAs(data, 0)
-    for index in range(model.MetadataLength()):
-        entry = model.Metadata(index)
-        if entry.Name() is not None and entry.Name().decode() == METADATA_NAME:
-            return json.loads(model.Buffers(entry.Buffer()).DataAsNumpy().tobytes())
+    # mapped, not read: the weights are neither read twice nor held in a copy the peak resident set would count
+    with open(path, "rb") as file, mmap.mmap(file.fileno(), 0, access=mmap.ACCESS_READ) as mapped:
+        model = schema.Model.GetRootAs(mapped, 0)
+        for index in range(model.MetadataLength()):
+            entry = model.Metadata(index)
+            if entry.Name() is not None and entry.Name().decode() == METADATA_NAME:
+                return json.loads(model.Buffers(entry.Buffer()).DataAsNumpy().tobytes())
     return {}
 
 

@@ -22,6 +22,7 @@ from edgeprune.export.litert_generator import (
     LiteRTGenerator,
     convert_generator,
     read_metadata,
+    read_metadata_at,
     with_metadata,
 )
 from edgeprune.export.program_facts import ProgramFacts, RuntimeInfo, TensorSpec, package_version
@@ -120,7 +121,7 @@ class LiteRTRuntime(DeviceRuntime):
             return _quantize(float_path, recipe)
 
     def load(self, path: Path, threads: int | None = None) -> RunArtifact:
-        constants = read_metadata(Path(path).read_bytes())
+        constants = read_metadata_at(Path(path))
         if constants.get("use_kv_cache"):
             from ai_edge_litert.interpreter import Interpreter
 

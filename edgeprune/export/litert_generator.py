@@ -22,6 +22,7 @@ METADATA_NAME, where edgeprune's loaders and `inspect` read them.
 """
 
 import json
+import mmap
 from pathlib import Path
 from typing import Any
 
@@ -151,6 +152,14 @@ def with_metadata(data: bytes, name: str, payload: bytes) -> bytes:
     builder = flatbuffers.Builder(len(data) + len(payload) + 4096)
     builder.Finish(model.Pack(builder), file_identifier=b"TFL3")
     return bytes(builder.Output())
+
+
+def read_metadata_at(path: Path, name: str = METADATA_NAME) -> dict[str, Any]:
+    """`read_metadata` of the file at `path`, mapped rather than read: only the pages of the metadata are touched, so
+    loading a generator neither reads its weights twice nor holds a copy of them (which a peak-memory figure of the
+    loading process would count)."""
+    with open(path, "rb") as file, mmap.mmap(file.fileno(), 0, access=mmap.ACCESS_READ) as mapped:
+        return read_metadata(mapped)
 
 
 def read_metadata(data: bytes, name: str = METADATA_NAME) -> dict[str, Any]:
