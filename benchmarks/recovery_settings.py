@@ -73,7 +73,7 @@ def main() -> int:
     with tempfile.TemporaryDirectory(prefix="edgeprune-recovery-settings-") as scratch:
         work = Path(scratch)
         pruned = fit_structure(task, teacher, shape, work)
-        data = DistillData.from_task(task, options.recovery_batch_size, task.seed)
+        data = DistillData.from_task(task, options.recovery_batch_size or task.recovery_batch_size, task.seed)
         kept = TeacherOutputs(teacher.model)
         example = task.example_inputs("validation", 1)[0]
         for index, (learning_rate, steps) in enumerate(variants):

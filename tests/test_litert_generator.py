@@ -100,8 +100,9 @@ def test_a_calibrated_recipe_is_refused_for_a_generator(tmp_path):
 
 
 def test_the_device_benchmark_runner_times_the_signature_each_call_makes(shipped):
-    """bench/runner.py runs on boards without edgeprune: a one-token call is `decode`, a longer one a padded
-    `prefill`; the two give the program's own logits for those tokens from an empty cache."""
+    """bench/runner.py runs on boards without edgeprune: a one-token call is a `decode` step on the cache in the
+    interpreter's first subgraph, a longer one a padded `prefill`; the two give the program's own logits for those
+    tokens from an empty cache, call after call."""
     from ai_edge_litert.interpreter import Interpreter
 
     from edgeprune.bench.runner import generator_call
@@ -109,13 +110,14 @@ def test_the_device_benchmark_runner_times_the_signature_each_call_makes(shipped
     _, artifacts = shipped
     path = artifacts["litert-fp32"].path
     interpreter = Interpreter(str(path))
-    runner, feed = generator_call(interpreter, [np.array([[5]]), np.array([0])])
-    assert feed["input_ids"].shape == (1, 1)
-    first = runner(**feed)["logits"][0, 0]
-    runner, feed = generator_call(interpreter, [np.array([[5, 6, 7]]), np.arange(3)])
-    assert feed["input_ids"].shape == (1, PREFILL) and feed["input_pos"].tolist() == list(range(PREFILL))
-    prefill = runner(**feed)["logits"][0, 0]
-    assert np.allclose(first, prefill, atol=1e-4)
+    decode = generator_call(interpreter, [np.array([[5]]), np.array([0])])
+    first = decode()
+    assert first.shape == (1, 30522) and np.array_equal(decode(), first)
+    prefill = generator_call(interpreter, [np.array([[5, 6, 7]]), np.arange(3)])
+    logits = prefill()
+    assert logits.shape == (PREFILL, 30522) and np.array_equal(prefill(), logits)
+    assert np.allclose(first[0], logits[0], atol=1e-4)
+    first = first[0]
     assert np.allclose(first, load_artifact(path)(torch.tensor([[5]]), torch.tensor([0]))[0][0, 0].numpy(), atol=1e-4)
 
 
@@ -224,3 +226,25 @@ def test_a_tied_output_layer_is_sized_as_the_runtime_stores_it(tmp_path, recipe)
     # within the file's overhead (graph, signatures, quantization parameters: what the size model learns per recipe
     # from real files), under half the second copy of the table that counting it twice would add
     assert abs(size - predicted) < table / 2
+
+
+def test_the_cache_starts_at_zero_whatever_the_interpreters_memory_held(shipped):
+    """The cache is the decode signature's own input tensors, which the interpreter does not clear: a masked slot
+    still meets a zero attention weight, so NaN left there would reach every logit."""
+    from ai_edge_litert.interpreter import Interpreter
+
+    from edgeprune.bench.litert_generate import CachedGenerator
+    from edgeprune.export.litert_generator import read_metadata_at
+
+    _, artifacts = shipped
+    path = artifacts["litert-fp32"].path
+    interpreter = Interpreter(str(path))
+    interpreter.allocate_tensors()
+    for detail in interpreter.get_input_details():
+        if "_cache_" in detail["name"]:
+            interpreter.tensor(detail["index"])()[...] = np.nan
+    generator = CachedGenerator(interpreter, read_metadata_at(path))
+    prompt = [5, 6, 7]
+    logits = np.concatenate([generator.logits(prompt, 0), generator.logits([8], 3)])
+    expected = load_artifact(path)(torch.tensor([prompt + [8]]), torch.arange(4))[0][0].numpy()
+    assert np.isfinite(logits).all() and np.allclose(logits, expected, atol=1e-4)

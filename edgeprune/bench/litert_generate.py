@@ -10,7 +10,8 @@ X ms, decode D tokens in Y ms` per execution and `Peak resident set: N kB`; on s
 
 The generator's signatures and metadata are edgeprune/export/litert_generator.py's: `prefill` takes exactly
 `get_max_seq_len` tokens (a shorter chunk is padded; one whose padding would pass the cache's end is decoded token
-by token), `decode` one; the per-layer KV cache goes into every call, and the call's own rows come out.
+by token), `decode` one; the per-layer KV cache goes into every call, and the call's own rows come out
+(`CachedGenerator`, which edgeprune's own LiteRT loader uses too).
 """
 
 import argparse
@@ -51,32 +52,64 @@ def peak_rss_kb() -> int:
     return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
 
 
-class Generator:
+class CachedGenerator:
+    """A LiteRT generator with its KV cache kept in the decode signature's own input tensors.
+
+    `decode` is the interpreter's first subgraph (edgeprune exports it first), so its inputs are reached with the
+    interpreter's public `tensor()` views and it runs with `invoke()`: a decode step writes the token and its
+    position, runs, and writes the call's own keys and values into the cache where it lies, with no copy of the
+    cache in or out (through the signature runner, the copies were a fifth of a SmolLM2 decode step;
+    docs/FINDINGS.md). `prefill` is called through its signature runner with that cache, whose rows it returns
+    are written back the same way. Views are taken per use and dropped at once, and signature runners are made per
+    use too: the interpreter refuses to run while a view into its tensors, or a runner, is alive."""
+
     def __init__(self, interpreter, facts: dict) -> None:  # noqa: ANN001 - a LiteRT Interpreter
         import numpy as np
 
-        self.np = np
+        self.np, self.interpreter = np, interpreter
         self.chunk, self.context = int(facts["get_max_seq_len"]), int(facts["get_max_context_len"])
-        self.prefill = interpreter.get_signature_runner("prefill")
-        self.decode = interpreter.get_signature_runner("decode")
-        details = self.decode.get_input_details()
-        self.cache = {name: np.zeros(d["shape"], d["dtype"]) for name, d in details.items() if "_cache_" in name}
+        interpreter.allocate_tensors()
+        decode = interpreter.get_signature_runner("decode")
+        self.inputs = {name: detail["index"] for name, detail in decode.get_input_details().items()}
+        self.outputs = {name: detail["index"] for name, detail in decode.get_output_details().items()}
+        first = {(detail["name"], detail["index"]) for detail in interpreter.get_input_details()}
+        if first != {(detail["name"], detail["index"]) for detail in decode.get_input_details().values()}:
+            raise ValueError("its decode signature is not the interpreter's first subgraph (a LiteRT generator "
+                             "exported before edgeprune 2026-12-06); export it again")
+        self.caches = [name for name in self.inputs if "_cache_" in name]
+        for name in self.caches:  # finite from the start: a masked slot's value still meets a zero weight
+            interpreter.tensor(self.inputs[name])()[...] = 0
 
-    def call(self, runner, ids: list, start: int, length: int):  # noqa: ANN001, ANN201 - a signature runner; logits
-        np = self.np
-        padded = np.zeros((1, length), np.int32)
+    def decode(self, token: int, position: int):  # noqa: ANN201 - logits [vocab]
+        tensor = self.interpreter.tensor
+        tensor(self.inputs["input_ids"])()[...] = token
+        tensor(self.inputs["input_pos"])()[...] = position
+        self.interpreter.invoke()
+        for name in self.caches:  # k_cache_L gets the call's row k_new_L at its position
+            tensor(self.inputs[name])()[:, :, position:position + 1] = tensor(self.outputs[new_rows(name)])()
+        return tensor(self.outputs["logits"])()[0, 0].copy()
+
+    def prefill_chunk(self, ids: list, start: int):  # noqa: ANN201 - logits [len(ids), vocab]
+        np, tensor = self.np, self.interpreter.tensor
+        padded = np.zeros((1, self.chunk), np.int32)
         padded[0, :len(ids)] = ids
-        outputs = runner(input_ids=padded, input_pos=np.arange(start, start + length, dtype=np.int32), **self.cache)
-        for name, cache in self.cache.items():  # k_cache_L gets the call's rows k_new_L at its positions
-            cache[:, :, start:start + length] = outputs[name.replace("_cache_", "_new_")]
-        return outputs["logits"][0, len(ids) - 1]
+        positions = np.arange(start, start + self.chunk, dtype=np.int32)
+        prefill = self.interpreter.get_signature_runner("prefill")  # made per call: see the class's note
+        outputs = prefill(input_ids=padded, input_pos=positions,
+                          **{name: tensor(self.inputs[name])() for name in self.caches})
+        for name in self.caches:
+            tensor(self.inputs[name])()[:, :, start:start + self.chunk] = outputs[new_rows(name)]
+        return outputs["logits"][0, :len(ids)]
 
-    def last_logits(self, ids: list, start: int):  # noqa: ANN201 - the logits of the last of `ids`
-        if len(ids) == 1 or start + self.chunk > self.context:
-            for index, token in enumerate(ids):
-                logits = self.call(self.decode, [token], start + index, 1)
-            return logits
-        return self.call(self.prefill, ids, start, self.chunk)
+    def logits(self, ids: list, start: int):  # noqa: ANN201 - [len(ids), vocab]: one prefill, or decode steps
+        if len(ids) == 1 or start + self.chunk > self.context:  # the padding would pass the cache's end
+            return self.np.stack([self.decode(token, start + index) for index, token in enumerate(ids)])
+        return self.prefill_chunk(ids, start)
+
+
+def new_rows(cache_name: str) -> str:
+    """The output holding a call's own rows of the cache input `cache_name`: k_cache_3 → k_new_3."""
+    return cache_name.replace("_cache_", "_new_")
 
 
 def main() -> int:
@@ -98,8 +131,11 @@ def main() -> int:
         return 1
     started = time.perf_counter()
     interpreter = Interpreter(args.model_path, num_threads=args.cpu_threads)
-    interpreter.allocate_tensors()
-    generator = Generator(interpreter, facts)
+    try:
+        generator = CachedGenerator(interpreter, facts)
+    except ValueError as error:
+        print(f"{args.model_path}: {error}", file=sys.stderr)
+        return 1
     print(f"Model loaded in {(time.perf_counter() - started) * 1e3:f} ms.", file=sys.stderr)
     if not prompt or len(prompt) >= generator.context:
         print(f"the prompt's {len(prompt)} tokens leave no room in the context of {generator.context}",
@@ -113,7 +149,7 @@ def main() -> int:
         tokens = []
         started = time.perf_counter()
         for offset in range(0, len(prompt), generator.chunk):
-            logits = generator.last_logits(prompt[offset:offset + generator.chunk], offset)
+            logits = generator.logits(prompt[offset:offset + generator.chunk], offset)[-1]
         token = int(logits.argmax())
         prefill_ms = (time.perf_counter() - started) * 1e3
         started, steps, position = time.perf_counter(), 0, len(prompt)
@@ -121,7 +157,7 @@ def main() -> int:
             tokens.append(token)
             if (not args.ignore_eos and token in eos) or len(tokens) >= new_tokens:
                 break
-            token = int(generator.last_logits([token], position).argmax())
+            token = int(generator.decode(token, position).argmax())
             position, steps = position + 1, steps + 1
         print(f"Generation {run} of {args.num_executions}: prefill {len(prompt)} tokens in {prefill_ms:f} ms, "
               f"decode {steps} tokens in {(time.perf_counter() - started) * 1e3:f} ms", file=sys.stderr)

@@ -110,8 +110,7 @@ def litert_runner(artifact: str, inputs: list, threads: int):  # noqa: ANN201 - 
     yield
     interpreter = Interpreter(artifact, num_threads=threads)
     if {"prefill", "decode"} <= set(interpreter.get_signature_list()):
-        runner, feed = generator_call(interpreter, inputs)
-        yield lambda: runner(**feed)
+        yield generator_call(interpreter, inputs)
         return
     runner = interpreter.get_signature_runner()
     details = runner.get_input_details()
@@ -120,22 +119,46 @@ def litert_runner(artifact: str, inputs: list, threads: int):  # noqa: ANN201 - 
     yield lambda: runner(**feed)
 
 
-def generator_call(interpreter, inputs: list):  # noqa: ANN001, ANN201 - a LiteRT Interpreter; (runner, feed)
+def generator_call(interpreter, inputs: list):  # noqa: ANN001, ANN201 - a LiteRT Interpreter; a zero-arg callable
     """The call of a LiteRT generator (edgeprune/export/litert_generator.py) that `inputs` (token ids [1, S] and their
-    positions) make: `decode` for one token, else `prefill`, whose fixed length the ids are padded to (as an app
-    pads a shorter prompt); the KV cache passed in is zeros (its values cost nothing to attend)."""
+    positions) make, as edgeprune's generators make it (edgeprune/bench/litert_generate.py, `CachedGenerator`, not
+    importable here: this script runs alone on a device), returning the call's logits [S, vocab]: one token is a
+    decode step on the first subgraph's own input tensors, the cache in place, its new rows written back; more is
+    `prefill`, whose fixed length the ids are padded to (as an app pads a shorter prompt), the cache passed in. The
+    cache is zeros (its values cost nothing to attend)."""
     import numpy as np
 
     ids, positions = inputs
-    runner = interpreter.get_signature_runner("decode" if ids.shape[-1] == 1 else "prefill")
+    start = int(positions.reshape(-1)[0])
+    if ids.shape[-1] == 1:
+        interpreter.allocate_tensors()
+        decode = interpreter.get_signature_runner("decode")  # dropped below: the interpreter will not run beside it
+        cache_inputs = {name: detail["index"] for name, detail in decode.get_input_details().items()}
+        new_outputs = {name: detail["index"] for name, detail in decode.get_output_details().items()}
+        del decode
+        tensor = interpreter.tensor
+        for index in cache_inputs.values():
+            tensor(index)()[...] = 0
+        tensor(cache_inputs["input_ids"])()[...] = ids.reshape(-1)[0]
+        tensor(cache_inputs["input_pos"])()[...] = start
+        caches = [(cache_inputs[name], new_outputs[name.replace("_cache_", "_new_")]) for name in cache_inputs
+                  if "_cache_" in name]
+
+        def step():  # noqa: ANN202 - the logits [1, vocab], taken out as an app takes them to pick a token
+            interpreter.invoke()
+            for cache, rows in caches:
+                tensor(cache)()[:, :, start:start + 1] = tensor(rows)()
+            return tensor(new_outputs["logits"])()[0].copy()
+
+        return step
+    runner = interpreter.get_signature_runner("prefill")
     details = runner.get_input_details()
     length = int(details["input_ids"]["shape"][-1])
     padded = np.zeros((1, length), dtype=details["input_ids"]["dtype"])
     padded[0, :ids.shape[-1]] = ids.reshape(-1)[:length]
-    start = int(positions.reshape(-1)[0])
     feed = {name: np.zeros(detail["shape"], detail["dtype"]) for name, detail in details.items()}
     feed.update(input_ids=padded, input_pos=np.arange(start, start + length, dtype=details["input_pos"]["dtype"]))
-    return runner, feed
+    return lambda: runner(**feed)["logits"][0]
 
 
 # each runtime's runner by the name edgeprune's runtime descriptors use (edgeprune/runtimes/): this script runs on

@@ -6,15 +6,20 @@ keeps a smaller cache), goes into every call, and the call returns, beside the l
 own tokens, `k_new_L` and `v_new_L` `[1, kv_heads_L, S, head_dim_L]`, which the caller writes into its cache at
 `input_pos[0]`. litert-torch's generative layout returns the whole cache instead; through the interpreter's Python
 API copying it out was most of a decode step (SmolLM2 at context 512: 23.6 MB a call; docs/FINDINGS.md). Inside the
-call the new rows are written into the cache with litert-torch's `dynamic_update_slice` (a TFLite
-DYNAMIC_UPDATE_SLICE) and attended over the whole cache under a mask of the slots each query may see, as the
-ExecuTorch portable program does; the model is the Hugging Face one as it is, not re-authored in litert-torch's
-layers, which read one global head count.
+call the cache is only read: attention scores the cache's slots before `input_pos[0]` and the call's own tokens as
+two tensors never joined (`grouped_attention.split_attention`). Writing the new rows into the cache inside the
+graph, as litert-torch's `dynamic_update_slice` does, copied the whole cache every call (a fifth of a SmolLM2
+decode step). The model is the Hugging Face one as it is, not re-authored in litert-torch's layers, which read one
+global head count.
+
+`decode` is converted first, so that it is the interpreter's first subgraph: an app keeps the cache in decode's
+own input tensors, writes a step's rows there through the interpreter's `tensor()` views and runs `invoke()`,
+with no copy of the cache in or out (`edgeprune.bench.litert_generate.CachedGenerator`, which every loader here
+and on a device uses).
 
 Signatures have static shapes: `prefill` takes exactly `max_seq_len` tokens and `decode` one. A shorter prompt is
-padded; the padding writes keys past the prompt, which the mask hides and the next tokens overwrite before any
-query sees them. A chunk whose padding would run past the cache's end is decoded one token at a time instead
-(DYNAMIC_UPDATE_SLICE clamps its start so that the update fits, which would shift the chunk's keys).
+padded; the padding's keys are written past the prompt, where the mask hides them until the next tokens overwrite
+them. A chunk whose padding would run past the cache's end is decoded one token at a time instead.
 
 The generator's facts (the keys of ExecuTorch's LLM runner metadata: `get_max_seq_len`, `get_max_context_len`,
 `get_eos_ids`, `use_kv_cache`, ...) are written into the flatbuffer's metadata table as JSON under
@@ -32,7 +37,7 @@ from torch import nn
 
 from edgeprune.errors import UserInputError
 from edgeprune.generation import CacheLayout
-from edgeprune.generation.grouped_attention import grouped_attention_in
+from edgeprune.generation.grouped_attention import CacheAndNew, grouped_attention_in
 from edgeprune.generation.program import ProgramSpec
 
 METADATA_NAME = "edgeprune.generator"
@@ -50,28 +55,21 @@ def new_row_name(cache_name: str) -> str:
 
 
 class ExplicitKVCache:
-    """The cache of one call, functionally: `update` writes a layer's new keys and values into the tensors passed
-    in and keeps the results as that layer's outputs. Duck-types the method of transformers' `Cache` attention
-    layers call."""
+    """The cache of one call, read only: `update` hands a layer's attention the cache passed in and the call's own
+    keys and values side by side (`CacheAndNew`, which `grouped_attention` attends over without joining them) and
+    keeps the new ones as that layer's outputs. Duck-types the method of transformers' `Cache` attention layers
+    call."""
 
-    def __init__(self, tensors: list[torch.Tensor], start: torch.Tensor) -> None:
+    def __init__(self, tensors: list[torch.Tensor]) -> None:
         self.tensors = tensors  # k_0, v_0, k_1, v_1, ...
-        self.start = start  # the first token's position, a 0-d int32 tensor
         self.new_rows: list[torch.Tensor] = list(tensors)  # this call's keys and values, k_0, v_0, ...
 
     def update(self, key_states: torch.Tensor, value_states: torch.Tensor, layer_idx: int,
-               *args: object, **kwargs: object) -> tuple[torch.Tensor, torch.Tensor]:
-        from litert_torch.generative.custom_ops.dynamic_update_slice import dynamic_update_slice
-
-        zero = torch.zeros([], dtype=torch.int32)
-        at = [zero, zero, self.start, zero]  # [batch, kv head, slot, feature]: the tokens' slots from `start` on
+               *args: object, **kwargs: object) -> tuple[CacheAndNew, CacheAndNew]:
         keys, values = self.tensors[2 * layer_idx], self.tensors[2 * layer_idx + 1]
         key_states, value_states = key_states.to(keys.dtype), value_states.to(values.dtype)
-        keys = dynamic_update_slice(keys, key_states, at)
-        values = dynamic_update_slice(values, value_states, at)
-        self.tensors[2 * layer_idx], self.tensors[2 * layer_idx + 1] = keys, values
         self.new_rows[2 * layer_idx], self.new_rows[2 * layer_idx + 1] = key_states, value_states
-        return keys, values
+        return CacheAndNew(keys, key_states), CacheAndNew(values, value_states)
 
     def get_seq_length(self, layer_idx: int = 0) -> int:  # noqa: ARG002 - Cache's signature
         return 0  # positions always come from input_pos
@@ -90,9 +88,12 @@ class SignatureGenerator(nn.Module):
     def forward(self, input_ids: torch.Tensor, input_pos: torch.Tensor,
                 **caches: torch.Tensor) -> dict[str, torch.Tensor]:
         names = cache_names(len(caches) // 2)
-        cache = ExplicitKVCache([caches[name] for name in names], input_pos[0].reshape([]).to(torch.int32))
-        slots = torch.arange(self.context)
-        visible = slots[None, :] <= input_pos[:, None]  # [S, context]: a query sees its own and earlier slots
+        cache = ExplicitKVCache([caches[name] for name in names])
+        # [S, context + S]: a query sees the cache's slots before this call's first token, and its own and earlier
+        # tokens of this call
+        slots, tokens = torch.arange(self.context), torch.arange(input_ids.shape[1])
+        visible = torch.cat([(slots[None, :] < input_pos[:1, None]).expand(len(tokens), -1),
+                             tokens[None, :] <= tokens[:, None]], dim=1)
         mask = torch.where(visible, 0.0, torch.finfo(torch.float32).min)[None, None]
         with grouped_attention_in(self.model):
             logits = self.model(input_ids=input_ids, attention_mask=mask, position_ids=input_pos[None], cache=cache,
@@ -121,10 +122,12 @@ def convert_generator(module: nn.Module, example_inputs: tuple[torch.Tensor, ...
     ids = example_inputs[0]
     with torch.no_grad():
         generator.requires_grad_(False)
-        converter = litert_torch.signature(PREFILL, generator, sample_kwargs={
-            "input_ids": ids, "input_pos": torch.arange(prefill), **empty_caches(layout)})
-        converter = converter.signature(DECODE, generator, sample_kwargs={
+        # decode first: it becomes the interpreter's first subgraph, whose input tensors an app reaches with the
+        # interpreter's public `tensor()` views and runs with `invoke()`, so the cache stays in them between steps
+        converter = litert_torch.signature(DECODE, generator, sample_kwargs={
             "input_ids": ids[:, :1], "input_pos": torch.tensor([0]), **empty_caches(layout)})
+        converter = converter.signature(PREFILL, generator, sample_kwargs={
+            "input_ids": ids, "input_pos": torch.arange(prefill), **empty_caches(layout)})
         converter.convert().export(str(path))
     # the portable path: LiteRT attends with its own ops over the explicit cache (no ExecuTorch kernels)
     return ProgramSpec(spec.dynamic_shapes, {**spec.metadata, "use_sdpa_with_kv_cache": False,
@@ -176,37 +179,26 @@ def read_metadata(data: bytes, name: str = METADATA_NAME) -> dict[str, Any]:
 
 class LiteRTGenerator:
     """A loaded LiteRT generator called like an ExecuTorch one: `(input_ids [1, S], cache_position [S])` →
-    `[logits [1, S, vocab]]`, the cache kept here between calls (a new sequence starts again at position 0)."""
+    `[logits [1, S, vocab]]`, the cache kept in the interpreter between calls (a new sequence starts again at
+    position 0). The calls are the device script's (`edgeprune.bench.litert_generate.CachedGenerator`), so what
+    edgeprune measures here is what runs on a board."""
 
     def __init__(self, interpreter: Any, constants: dict[str, Any]) -> None:
+        from edgeprune.bench.litert_generate import CachedGenerator
+
         self._constants = constants
         self.max_seq_len = int(constants["get_max_seq_len"])
         self.context = int(constants["get_max_context_len"])
-        self._prefill = interpreter.get_signature_runner(PREFILL)
-        self._decode = interpreter.get_signature_runner(DECODE)
-        details = self._decode.get_input_details()
-        self._cache = {name: np.zeros(detail["shape"], detail["dtype"]) for name, detail in details.items()
-                       if name not in ("input_ids", "input_pos")}
-        self._id_type = details["input_ids"]["dtype"]
+        try:
+            self._generator = CachedGenerator(interpreter, constants)
+        except ValueError as error:
+            raise UserInputError(f"this LiteRT generator cannot be run: {error}") from None
 
     def constants(self) -> dict[str, Any]:
         return dict(self._constants)
 
     def __call__(self, input_ids: torch.Tensor, cache_position: torch.Tensor) -> list[torch.Tensor]:
-        ids = input_ids.reshape(-1).numpy().astype(self._id_type)
-        start = int(cache_position[0])
-        if len(ids) == 1 or start + self.max_seq_len > self.context:
-            logits = [self._run(self._decode, ids[i:i + 1], start + i) for i in range(len(ids))]
-            return [torch.from_numpy(np.concatenate(logits, axis=1))]
-        if len(ids) > self.max_seq_len:
+        ids, start = input_ids.reshape(-1).tolist(), int(cache_position[0])
+        if len(ids) > self.max_seq_len and start + self.max_seq_len <= self.context:
             raise ValueError(f"{len(ids)} tokens in one call; the prefill signature takes {self.max_seq_len}")
-        padded = np.zeros(self.max_seq_len, dtype=self._id_type)
-        padded[:len(ids)] = ids
-        return [torch.from_numpy(self._run(self._prefill, padded, start)[:, :len(ids)])]
-
-    def _run(self, runner: Any, ids: np.ndarray, start: int) -> np.ndarray:
-        positions = np.arange(start, start + len(ids), dtype=np.int32)
-        outputs = runner(input_ids=ids[None], input_pos=positions, **self._cache)
-        for name, cache in self._cache.items():  # the call's own keys and values, written at its positions
-            cache[:, :, start:start + len(ids)] = outputs[new_row_name(name)]
-        return np.array(outputs["logits"])
+        return [torch.from_numpy(self._generator.logits(ids, start)[None])]

@@ -12,11 +12,17 @@ signatures (static lengths) use it.
 import contextlib
 import functools
 from collections.abc import Iterator
+from typing import NamedTuple
 
 import torch
 from torch import nn
 
 GROUPED_ATTENTION = "edgeprune_grouped"  # the name it is registered under in transformers' AttentionInterface
+# the two products as einsums, not matmuls of a transposed key: litert-torch lowers `matmul(q, k.transpose(2, 3))` to a
+# TRANSPOSE of the whole cache and a BATCH_MATMUL, these to BATCH_MATMULs alone (one attention over a SmolLM2-sized
+# layer's cache: 65 → 38 µs on LiteRT; docs/FINDINGS.md)
+SCORES = "bkqd,bkcd->bkqc"  # [1, kv, rows, D] · [1, kv, slots, D] → [1, kv, rows, slots]
+WEIGHTED = "bkqc,bkcd->bkqd"  # [1, kv, rows, slots] · [1, kv, slots, D] → [1, kv, rows, D]
 
 
 def grouped_attention(module: nn.Module, query: torch.Tensor, key: torch.Tensor, value: torch.Tensor,
@@ -24,6 +30,8 @@ def grouped_attention(module: nn.Module, query: torch.Tensor, key: torch.Tensor,
                       **kwargs: object) -> tuple[torch.Tensor, None]:
     """Hugging Face's attention-function signature: query `[1, heads, S, D]`, key and value the whole cache `[1,
     kv_heads, context, D]`, the additive mask `[1, 1, S, context]`; output `[1, S, heads, D]`."""
+    if isinstance(key, CacheAndNew):
+        return split_attention(query, key, value, attention_mask, scaling)
     batch, heads, length, size = query.shape
     kv_heads, slots = key.shape[1], key.shape[2]
     groups = heads // kv_heads
@@ -32,11 +40,40 @@ def grouped_attention(module: nn.Module, query: torch.Tensor, key: torch.Tensor,
     # for a dynamic prefill). Matmuls that broadcast the keys over the groups instead are lowered by litert-torch
     # with the same BROADCAST_TO this avoids
     grouped = query.reshape(batch, kv_heads, groups * length, size)
-    scores = torch.matmul(grouped, key.transpose(2, 3)) * scale
+    scores = torch.einsum(SCORES, grouped, key) * scale
     scores = scores.reshape(batch, kv_heads, groups, length, slots) + attention_mask[:, :, None, :, :slots]
     weights = torch.softmax(scores.reshape(batch, kv_heads, groups * length, slots), dim=-1)
-    output = torch.matmul(weights, value).reshape(batch, heads, length, size)
+    output = torch.einsum(WEIGHTED, weights, value).reshape(batch, heads, length, size)
     return output.transpose(1, 2).contiguous(), None
+
+
+class CacheAndNew(NamedTuple):
+    """A layer's keys (or values) as two tensors never joined: the cache as the call received it `[1, kv_heads,
+    context, D]` and the call's own tokens' `[1, kv_heads, S, D]`."""
+
+    cache: torch.Tensor
+    new: torch.Tensor
+
+
+def split_attention(query: torch.Tensor, key: CacheAndNew, value: CacheAndNew, attention_mask: torch.Tensor,
+                    scaling: float | None) -> tuple[torch.Tensor, None]:
+    """`grouped_attention` over the cache and the call's own tokens without writing them into one tensor: the
+    scores over both are joined (`[groups × S, context + S]`, small), one softmax, and the output is the sum of the
+    two halves' weighted values. The additive mask is `[1, 1, S, context + S]`. Writing the new rows into the cache
+    inside the graph (a DYNAMIC_UPDATE_SLICE) copies the whole cache every call: a fifth of a SmolLM2 decode step
+    on LiteRT (docs/FINDINGS.md)."""
+    batch, heads, length, size = query.shape
+    kv_heads, slots = key.cache.shape[1], key.cache.shape[2]
+    groups = heads // kv_heads
+    scale = scaling if scaling is not None else size ** -0.5
+    grouped = query.reshape(batch, kv_heads, groups * length, size)
+    scores = torch.cat([torch.einsum(SCORES, grouped, key.cache), torch.einsum(SCORES, grouped, key.new)],
+                       dim=-1) * scale
+    scores = scores.reshape(batch, kv_heads, groups, length, slots + length) + attention_mask[:, :, None]
+    weights = torch.softmax(scores.reshape(batch, kv_heads, groups * length, slots + length), dim=-1)
+    output = torch.einsum(WEIGHTED, weights[..., :slots], value.cache) + \
+        torch.einsum(WEIGHTED, weights[..., slots:], value.new)
+    return output.reshape(batch, heads, length, size).transpose(1, 2).contiguous(), None
 
 
 @contextlib.contextmanager

@@ -59,7 +59,7 @@ class FitOptions:
     # estimate falls short of the dense teacher's by more than the tie tolerance (`recovering.needs_recovery`);
     # N > 0: every built pruned candidate, N steps; 0: no recovery
     recover_steps: int | str = AUTO
-    recovery_batch_size: int = 16
+    recovery_batch_size: int | None = None  # examples a recovery step; None: the task's (Task.recovery_batch_size)
     recovery_precision: str = "auto"  # the students' training arithmetic (`edgeprune.recovery.precision`)
     # no candidate is started once the fit has run this long (resumed sessions included) and a candidate meets every
     # budget: the best so far ships, and the result says what was left unbuilt. None: search until nothing can win
@@ -87,7 +87,7 @@ class FitOptions:
                 self.recover_steps, int) or self.recover_steps < 0):
             raise UserInputError(f"recover_steps must be auto or a whole number >= 0 (0: no recovery), got "
                                  f"{self.recover_steps!r}")
-        if self.recovery_batch_size < 1:
+        if self.recovery_batch_size is not None and self.recovery_batch_size < 1:
             raise UserInputError(f"recovery_batch_size must be >= 1, got {self.recovery_batch_size}")
         if self.recovery_precision not in PRECISIONS:
             raise UserInputError(f"recovery_precision must be one of {', '.join(PRECISIONS)}, "

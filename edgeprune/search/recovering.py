@@ -209,12 +209,12 @@ def teacher_outputs(builder: RecoveringBuilder) -> "TeacherOutputs":
 
 def recovery_config(task: Task, options: FitOptions) -> "DistillConfig":
     """The distillation settings of fit's recoveries: `options.recovery_steps` steps, three validation passes, a
-    short warm-up, the task's seed, `options.recovery_precision`."""
+    short warm-up, the task's seed and recovery settings, `options.recovery_precision`."""
     from edgeprune.recovery import DistillConfig
 
     steps = options.recovery_steps
     return DistillConfig(max_steps=steps, eval_every=max(1, steps // 3), warmup_steps=min(20, steps // 5),
-                         seed=task.seed, precision=options.recovery_precision)
+                         seed=task.seed, precision=options.recovery_precision, **task.recovery_settings)
 
 
 def run_recovery(student: nn.Module, teacher: nn.Module, task: Task, options: FitOptions, progress: Progress,
@@ -225,7 +225,8 @@ def run_recovery(student: nn.Module, teacher: nn.Module, task: Task, options: Fi
     ahead (`edgeprune.search.build_job`)."""
     from edgeprune.recovery import DistillData, distill
 
-    data = DistillData.from_task(task, options.recovery_batch_size, task.seed)
+    data = DistillData.from_task(task, options.recovery_batch_size or task.recovery_batch_size, task.seed,
+                                 validation_limit=task.recovery_validation_limit)
     result = distill(student, teacher, data, recovery_config(task, options), progress, teacher_outputs)
     student.eval()
     return result, batched_quality(task, student, "validation")

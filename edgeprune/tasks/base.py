@@ -7,10 +7,11 @@ verify, evaluate, fit) only talk to this interface, so a team's own model and da
 
 import hashlib
 from abc import ABC, abstractmethod
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass, field
 from functools import cached_property
 from pathlib import Path
+from types import MappingProxyType
 from typing import TYPE_CHECKING, Any, ClassVar
 
 import torch
@@ -97,6 +98,12 @@ class Task(ABC):
     metric = "quality"
     higher_is_better = True
     model_kinds: ClassVar[tuple[str, ...]] = ()  # compatibility.ENCODER, DECODER, VISION: the models it runs
+    # how fit recovers a pruned model of this task (`edgeprune.search.recovering`): examples (blocks) a step, the
+    # DistillConfig fields its models distil with where they differ from the defaults, and the validation examples
+    # a validation pass reads (None: the whole split)
+    recovery_batch_size: ClassVar[int] = 16
+    recovery_settings: ClassVar[Mapping[str, Any]] = MappingProxyType({})
+    recovery_validation_limit: ClassVar[int | None] = None
 
     def __post_init__(self) -> None:
         self.model_path = Path(self.model_path)
