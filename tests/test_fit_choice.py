@@ -57,6 +57,17 @@ def test_nothing_fits_names_the_binding_budget_and_what_would_fit():
                            "needs a smaller recipe (e.g. 4-bit weights: --recipe int4) or raise --max-mb to 11.0"]
 
 
+def test_the_smaller_recipe_suggested_is_one_of_the_runtime_the_fit_built_for():
+    budget = Budget(max_mb=10)
+    litert = [candidate("a", 12, 8, 0.9, recipe="litert-int8"), candidate("b", 24, 7, 0.9, recipe="litert-fp16")]
+    _, _, suggestions = choose(checked(budget, *litert), budget, REFERENCE)
+    assert suggestions == ["needs a smaller recipe (e.g. 4-bit weights: --recipe litert-int4) or raise --max-mb to "
+                           "12.0"]
+    tried = [*litert, candidate("c", 11, 9, 0.7, recipe="litert-int4")]
+    _, _, suggestions = choose(checked(budget, *tried), budget, REFERENCE)
+    assert suggestions == ["raise --max-mb to 11.0"]
+
+
 def test_pareto_front_keeps_only_candidates_nothing_beats_on_every_axis():
     budget = Budget()
     best_quality = candidate("q", 20, 10, 0.97)

@@ -3,6 +3,7 @@
 import math
 from typing import Any
 
+from edgeprune.quantize import RECIPES
 from edgeprune.search.budget import CHECK_FLAGS, Budget, BudgetCheck
 from edgeprune.search.options import FitOptions
 from edgeprune.search.recovering import signed_value as signed
@@ -60,12 +61,18 @@ def _suggestions(candidates: list[BuiltArtifact], budget: Budget, binding: list[
         for check in candidate.checks:
             checks.setdefault(check.name, []).append(check)
     tried = {candidate.recipe.name for candidate in candidates}
+    # a 4-bit recipe of a runtime the fit built for, not tried yet (ExecuTorch's int4, LiteRT's litert-int4)
+    runtimes = {candidate.recipe.runtime for candidate in candidates}
+    four_bit = [name for name, recipe in RECIPES.members.items() if recipe.runtime in runtimes
+                and recipe.linear == "int4" and not recipe.calibrated]
     for name in binding:
         kind = checks[name][0].kind if name in checks else "quality"
         seen = [check.value for check in checks.get(name, []) if check.value is not None]
         flag = CHECK_FLAGS[kind]
         if kind == "size":
-            smaller = "" if "int4" in tried else "needs a smaller recipe (e.g. 4-bit weights: --recipe int4) or "
+            untried = [name for name in four_bit if name not in tried]
+            smaller = f"needs a smaller recipe (e.g. 4-bit weights: --recipe {untried[-1]}) or " \
+                if untried and not tried & set(four_bit) else ""
             suggestions.append(smaller + (f"raise {flag} to {_round_up(min(seen), 2)}" if seen else f"raise {flag}"))
         elif not seen:
             suggestions.append(f"{name}: no measured value; connect the device or drop the budget")
