@@ -248,3 +248,30 @@ def test_the_cache_starts_at_zero_whatever_the_interpreters_memory_held(shipped)
     logits = np.concatenate([generator.logits(prompt, 0), generator.logits([8], 3)])
     expected = load_artifact(path)(torch.tensor([prompt + [8]]), torch.arange(4))[0][0].numpy()
     assert np.isfinite(logits).all() and np.allclose(logits, expected, atol=1e-4)
+
+
+def test_a_generator_whose_decode_is_not_the_first_subgraph_is_refused(tmp_path):
+    """A file converted prefill first (edgeprune before 2026-12-06) would have its decode steps write into the
+    prefill signature's tensors; it is refused in one line, by the loader and by the device benchmark runner."""
+    import litert_torch
+    from ai_edge_litert.interpreter import Interpreter
+
+    from edgeprune.bench.litert_generate import CachedGenerator
+    from edgeprune.bench.runner import generator_call
+    from edgeprune.export.litert_generator import SignatureGenerator, empty_caches
+
+    model = tiny_decoder().model.eval()  # the Hugging Face model inside the CausalLMLogits wrapper
+    layout = CacheLayout.of(model, CONTEXT)
+    generator = SignatureGenerator(model, CONTEXT).eval().requires_grad_(False)
+    ids = EXAMPLE[0]
+    with torch.no_grad():
+        converter = litert_torch.signature("prefill", generator, sample_kwargs={
+            "input_ids": ids, "input_pos": torch.arange(PREFILL), **empty_caches(layout)})
+        converter.signature("decode", generator, sample_kwargs={
+            "input_ids": ids[:, :1], "input_pos": torch.tensor([0]), **empty_caches(layout)}
+        ).convert().export(str(tmp_path / "old.tflite"))
+    facts = {"get_max_seq_len": PREFILL, "get_max_context_len": CONTEXT}
+    with pytest.raises(ValueError, match="not the interpreter's first subgraph"):
+        CachedGenerator(Interpreter(str(tmp_path / "old.tflite")), facts)
+    with pytest.raises(ValueError, match="not the interpreter's first subgraph"):
+        generator_call(Interpreter(str(tmp_path / "old.tflite")), [np.array([[5]]), np.array([0])])

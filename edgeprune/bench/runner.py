@@ -135,6 +135,10 @@ def generator_call(interpreter, inputs: list):  # noqa: ANN001, ANN201 - a LiteR
         decode = interpreter.get_signature_runner("decode")  # dropped below: the interpreter will not run beside it
         cache_inputs = {name: detail["index"] for name, detail in decode.get_input_details().items()}
         new_outputs = {name: detail["index"] for name, detail in decode.get_output_details().items()}
+        if {(d["name"], d["index"]) for d in interpreter.get_input_details()} != \
+                {(d["name"], d["index"]) for d in decode.get_input_details().values()}:
+            raise ValueError("this LiteRT generator's decode signature is not the interpreter's first "
+                             "subgraph (exported before edgeprune 2026-12-06); export it again")
         del decode
         tensor = interpreter.tensor
         for index in cache_inputs.values():
