@@ -58,7 +58,10 @@ class Generator:
             chunk = list(tokens[offset:offset + self.facts.max_seq_len])
             positions = torch.arange(start + offset, start + offset + len(chunk))
             chunks.append(self.run(torch.tensor([chunk], dtype=torch.long), positions)[0][0])
-        return torch.cat(chunks)
+        # one chunk (every decode step) as it came: torch.cat runs on torch's thread pool, whose threads then spin
+        # waiting for more work on the cores a LiteRT interpreter decodes on (SmolLM2 int8, 2 threads on 2 cores:
+        # 9.6 → 11.6 ms a step; docs/FINDINGS.md)
+        return chunks[0] if len(chunks) == 1 else torch.cat(chunks)
 
     def stream(self, prompt: Sequence[int], max_new_tokens: int, stop_at_eos: bool = True) -> Iterator[int]:
         """Greedy tokens after `prompt`, one per decode step."""
