@@ -197,6 +197,30 @@ def test_a_candidate_predicted_near_the_latency_budget_on_either_side_is_probed(
     assert probes == [False]
 
 
+def test_a_probe_that_fails_verification_leaves_the_verdict_to_the_recovered_candidate(recovering, monkeypatch):
+    """The probe exports the unrecovered weights, which are not the candidate's: its verification failure does not
+    reject the recipe for the fit (nothing is raised); the candidate is recovered and verified itself."""
+    from edgeprune.errors import VerificationError
+
+    builder, notes = recovering()
+    recipe, shape = RECIPES.get("int8"), Shape(2)
+    builder.facts.latency_model.observe("int8", builder.facts.flops(Shape()), 10.0)
+    builds = []
+
+    def build(shape, recipe, name, label, recover=True):  # noqa: ANN001, ANN202 - stands in for the export
+        builds.append(recover)
+        raise VerificationError("cosine 0.98 < 0.99 required")
+
+    monkeypatch.setattr(builder, "build", build)
+    budget = Budget(max_latency_ms=builder.predict_latency(shape, recipe) * 1.05)  # near: probed
+    assert builder.budget_probe(shape, recipe, budget, "probe.pte") is None
+    assert builds == [False]
+    assert any("probe failed verification (cosine 0.98 < 0.99 required)" in n for n in notes.notes)
+    with pytest.raises(VerificationError):  # the recovered candidate's own verification still decides
+        builder.candidate(recipe, shape, budget, builder.proxy(Shape()))
+    assert builds == [False, False, True]
+
+
 def test_the_search_bound_is_measured_after_recovery_and_borrowed_before(recovering):
     builder, _ = recovering(ffn_fractions=(0.0, 0.5), layer_removals=(0, 1))
     unrecovered = builder.proxy(Shape(4, 0.5, 1))
