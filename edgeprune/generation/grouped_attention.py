@@ -29,7 +29,8 @@ def grouped_attention(module: nn.Module, query: torch.Tensor, key: torch.Tensor,
                       attention_mask: torch.Tensor, dropout: float = 0.0, scaling: float | None = None,
                       **kwargs: object) -> tuple[torch.Tensor, None]:
     """Hugging Face's attention-function signature: query `[1, heads, S, D]`, key and value the whole cache `[1,
-    kv_heads, context, D]`, the additive mask `[1, 1, S, context]`; output `[1, S, heads, D]`."""
+    kv_heads, context, D]`, the additive mask `[1, 1, S, context]`; output `[1, S, heads, D]`. Key and value given
+    as `CacheAndNew` pairs go to `split_attention`."""
     if isinstance(key, CacheAndNew):
         return split_attention(query, key, value, attention_mask, scaling)
     batch, heads, length, size = query.shape
