@@ -61,18 +61,18 @@ def _suggestions(candidates: list[BuiltArtifact], budget: Budget, binding: list[
         for check in candidate.checks:
             checks.setdefault(check.name, []).append(check)
     tried = {candidate.recipe.name for candidate in candidates}
-    # a 4-bit recipe of a runtime the fit built for, not tried yet (ExecuTorch's int4, LiteRT's litert-int4)
+    # the smallest 4-bit recipe (the last registered) of each runtime the fit built for: ExecuTorch's int4, LiteRT's
+    # litert-int4; offered when not tried yet
     runtimes = {candidate.recipe.runtime for candidate in candidates}
-    four_bit = [name for name, recipe in RECIPES.members.items() if recipe.runtime in runtimes
-                and recipe.linear == "int4" and not recipe.calibrated]
+    smallest = {recipe.runtime: recipe.name for recipe in RECIPES.members.values()
+                if recipe.runtime in runtimes and recipe.linear == "int4" and not recipe.calibrated}
+    untried = [recipe_name for recipe_name in smallest.values() if recipe_name not in tried]
     for name in binding:
         kind = checks[name][0].kind if name in checks else "quality"
         seen = [check.value for check in checks.get(name, []) if check.value is not None]
         flag = CHECK_FLAGS[kind]
         if kind == "size":
-            untried = [name for name in four_bit if name not in tried]
-            smaller = f"needs a smaller recipe (e.g. 4-bit weights: --recipe {untried[-1]}) or " \
-                if untried and not tried & set(four_bit) else ""
+            smaller = f"needs a smaller recipe (e.g. 4-bit weights: --recipe {untried[0]}) or " if untried else ""
             suggestions.append(smaller + (f"raise {flag} to {_round_up(min(seen), 2)}" if seen else f"raise {flag}"))
         elif not seen:
             suggestions.append(f"{name}: no measured value; connect the device or drop the budget")
