@@ -35,6 +35,7 @@ import numpy as np
 import torch
 from torch import nn
 
+from edgeprune.bench.litert_generate import CachedGenerator, new_rows
 from edgeprune.errors import UserInputError
 from edgeprune.generation import CacheLayout
 from edgeprune.generation.grouped_attention import CacheAndNew, grouped_attention_in
@@ -47,11 +48,6 @@ PREFILL, DECODE = "prefill", "decode"
 def cache_names(layers: int) -> list[str]:
     """The cache tensors' names in signature inputs, layer by layer."""
     return [f"{kind}_cache_{layer}" for layer in range(layers) for kind in ("k", "v")]
-
-
-def new_row_name(cache_name: str) -> str:
-    """The output holding a call's own rows of the cache input `cache_name`: k_cache_3 → k_new_3."""
-    return cache_name.replace("_cache_", "_new_")
 
 
 class ExplicitKVCache:
@@ -98,7 +94,7 @@ class SignatureGenerator(nn.Module):
         with grouped_attention_in(self.model):
             logits = self.model(input_ids=input_ids, attention_mask=mask, position_ids=input_pos[None], cache=cache,
                                 use_cache=True).logits
-        return {"logits": logits, **{new_row_name(name): rows for name, rows in zip(names, cache.new_rows,
+        return {"logits": logits, **{new_rows(name): rows for name, rows in zip(names, cache.new_rows,
                                                                                    strict=True)}}
 
 
@@ -184,8 +180,6 @@ class LiteRTGenerator:
     edgeprune measures here is what runs on a board."""
 
     def __init__(self, interpreter: Any, constants: dict[str, Any]) -> None:
-        from edgeprune.bench.litert_generate import CachedGenerator
-
         self._constants = constants
         self.max_seq_len = int(constants["get_max_seq_len"])
         self.context = int(constants["get_max_context_len"])
