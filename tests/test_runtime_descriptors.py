@@ -11,9 +11,9 @@ import textwrap
 
 import pytest
 
-from edgeprune.devices.probe import PROBE
-from edgeprune.devices.profile import NATIVE_KEYS, SCHEMA, SUPPORTED_RUNTIMES
-from edgeprune.devices.setup import RUNTIME_PACKAGES
+from edgeprune.devices.probe import probe_script
+from edgeprune.devices.profile import native_keys, runtime_schema, supported_runtimes
+from edgeprune.devices.setup import runtime_packages
 from edgeprune.export import check_artifact, runtime_of
 from edgeprune.extras import EXTRAS
 from edgeprune.quantize import FIT_LADDERS, FP32_RECIPE, RECIPES
@@ -23,16 +23,16 @@ from edgeprune.runtimes import RUNTIMES, load_named
 @pytest.mark.parametrize("name", RUNTIMES.names())
 def test_each_descriptor_is_what_the_rest_of_edgeprune_uses(name):
     spec = RUNTIMES.get(name)
-    assert runtime_of(f"model{spec.suffix}") == name and name in SUPPORTED_RUNTIMES
+    assert runtime_of(f"model{spec.suffix}") == name and name in supported_runtimes()
     assert spec.packages == EXTRAS[spec.extra] and spec.packages
     assert spec.program.spec is spec and spec.program.name == name  # its implementation, imported on first use
     fp32 = RECIPES.get(spec.fp32_recipe)
     assert FP32_RECIPE[name] == fp32.name and fp32.runtime == name and fp32.linear == fp32.embedding == "fp32"
     assert FIT_LADDERS[name] == spec.fit_ladder and all(RECIPES.get(r).runtime == name for r in spec.fit_ladder)
-    assert NATIVE_KEYS[name] == spec.native_tool and spec.native_tool in SCHEMA["runtime"]
-    assert RUNTIME_PACKAGES[name] is spec.board_packages
+    assert native_keys()[name] == spec.native_tool and spec.native_tool in runtime_schema()
+    assert runtime_packages()[name] is spec.board_packages
     assert callable(load_named(spec.pt2e_quantizer))
-    assert f"versions[{name!r}] = version(*{spec.probe_distributions!r})" in PROBE
+    assert f"versions[{name!r}] = version(*{spec.probe_distributions!r})" in probe_script()
 
 
 def test_a_file_of_one_runtime_named_as_the_other_is_refused_naming_its_own(tmp_path):
@@ -82,9 +82,9 @@ class FakeRuntime(DeviceRuntime):
 CHECKS = '''
 import json, sys
 import fake_runtime_plugin  # noqa: F401 - registers first, as a plugin does
-from edgeprune.devices.probe import PROBE
+from edgeprune.devices.probe import probe_script
 from edgeprune.devices.profile import load_profile
-from edgeprune.devices.setup import RUNTIME_PACKAGES
+from edgeprune.devices.setup import runtime_packages
 from edgeprune.export import check_artifact, runtime_of
 from edgeprune.quantize import Recipe, SizeModel
 
@@ -93,8 +93,8 @@ recipe = Recipe("fake-int8", "fakert", "int8", "fp32", 0.99, "a fake recipe")
 print(json.dumps({
     "profile": [profile.runtime, profile.runner, profile.native_binaries],
     "runtime_of": runtime_of("x.fake"), "checked": check_artifact(sys.argv[2]),
-    "probe": "versions['fakert'] = version(*('fake-runtime',))" in PROBE,
-    "board": RUNTIME_PACKAGES["fakert"].with_deps,
+    "probe": "versions['fakert'] = version(*('fake-runtime',))" in probe_script(),
+    "board": runtime_packages()["fakert"].with_deps,
     "pytorch": recipe.quantized_in_pytorch,
 }))
 '''

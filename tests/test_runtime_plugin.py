@@ -50,6 +50,9 @@ try:
     from edgeprune.export.program_facts import ProgramFacts, RuntimeInfo, TensorSpec
     from edgeprune.quantize.recipes import RECIPES, Recipe
     from edgeprune.runtimes import RUNTIMES, BoardPackages, RuntimeSpec
+    # a plugin may import any of edgeprune while edgeprune loads it: the device modules read the runtime registry
+    # only when used, so they import here while the registry is still being filled
+    import edgeprune.bench, edgeprune.devices.probe, edgeprune.devices.setup  # noqa: E401, F401
 except ModuleNotFoundError as missing:  # on a device without edgeprune; anything else is a real error
     if missing.name != "edgeprune":
         raise

@@ -17,7 +17,7 @@ from pathlib import Path
 import numpy as np
 import torch
 
-from edgeprune.devices.profile import NATIVE_KEYS, DeviceProfile, PowerModel
+from edgeprune.devices.profile import DeviceProfile, PowerModel, native_keys
 from edgeprune.devices.transports.base import Transport
 from edgeprune.errors import EdgepruneError, UserInputError
 from edgeprune.runtimes import RUNTIMES, runtime_for_suffix
@@ -148,7 +148,7 @@ def benchmark_on(
     binary = native_binary or (profile.native_binaries.get(runtime) if native else None)
     if native and binary is None:
         raise UserInputError(f"device {profile.name} runs native benchmark tools but names none for {runtime} "
-                             f"(runtime.{NATIVE_KEYS[runtime]} in {profile.source}, or --binary)")
+                             f"(runtime.{native_keys()[runtime]} in {profile.source}, or --binary)")
     with tempfile.TemporaryDirectory(prefix="edgeprune-bench-") as scratch:
         if binary is not None:
             from edgeprune.bench.native_run import run_native

@@ -11,9 +11,7 @@ from edgeprune.devices.transports import Endpoint, Transport, open_transport
 from edgeprune.errors import EdgepruneError, UserInputError
 from edgeprune.runtimes import RUNTIMES
 
-# runs on the device with only its python: versions by distribution name (each runtime's, as its descriptor in
-# edgeprune/runtimes names them), nothing imported
-PROBE = """import json, sys
+PROBE_HEAD = """import json, sys
 from importlib import metadata
 def version(*names):
     for name in names:
@@ -22,9 +20,15 @@ def version(*names):
         except Exception:
             pass
 versions = {"python": sys.version.split()[0], "numpy": version("numpy")}
-""" + "".join(f"versions[{name!r}] = version(*{RUNTIMES.get(name).probe_distributions!r})\n"
-              for name in RUNTIMES) + """print(json.dumps(versions))
 """
+
+
+def probe_script() -> str:
+    """What runs on the device with only its python: versions by distribution name (each runtime's, as its
+    descriptor in edgeprune/runtimes names them), nothing imported. Built when used: reading the registry loads the
+    runtime plugins, which may import this module."""
+    return PROBE_HEAD + "".join(f"versions[{name!r}] = version(*{RUNTIMES.get(name).probe_distributions!r})\n"
+                                for name in RUNTIMES) + "print(json.dumps(versions))\n"
 
 
 # The board's word first (the emulated board writes /etc/edgeprune-emulated); else a non-x86 userland on an x86 CPU
@@ -77,7 +81,8 @@ def probe_device(profile: DeviceProfile, endpoint: Endpoint | None = None) -> De
         python = shlex.quote(transport.python)
         script = (f"uname -m; getconf _NPROCESSORS_ONLN 2>/dev/null || nproc; "
                   f"awk '/^MemTotal:/ {{print int($2 / 1024)}}' /proc/meminfo; {EMULATION_CHECK}; "
-                  f"command -v {python} || echo missing; {python} -c {shlex.quote(PROBE)} 2>/dev/null || echo null")
+                  f"command -v {python} || echo missing; {python} -c {shlex.quote(probe_script())} "
+                  "2>/dev/null || echo null")
         done = transport.run(["sh", "-c", script], timeout_s=120)
         label = transport.label
         sensors = probe_sensors(transport) if done.exit_code == 0 else {}

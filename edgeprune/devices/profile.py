@@ -16,12 +16,31 @@ from edgeprune.errors import UserInputError
 from edgeprune.runtimes import RUNTIMES
 
 SUPPORTED_ARCHES = ("x86_64", "aarch64", "armv7l")
-SUPPORTED_RUNTIMES = tuple(RUNTIMES.names())  # each a descriptor in edgeprune/runtimes
 SUPPORTED_SENSORS = ("vcgencmd", "ina3221", "tegrastats", "battery", "rapl")  # edgeprune/bench/sensors
 SUPPORTED_RUNNERS = ("python", "native")
-NATIVE_KEYS = {name: RUNTIMES.get(name).native_tool for name in RUNTIMES}  # runtime -> its tool's profile key
 EXECUTOR_RUNNER = "executor_runner"  # the file name of the ExecuTorch runner `devices setup` builds in bin/
 PROFILE_NAME = re.compile(r"[A-Za-z0-9_][A-Za-z0-9_.+-]{0,63}")
+
+
+# The runtimes' part of the schema is read from the registry when a profile is parsed, never at import: reading it
+# loads the runtime plugins, and a plugin may import this module (through edgeprune.bench, say) while it loads.
+def supported_runtimes() -> tuple[str, ...]:
+    """Every registered runtime's name (edgeprune/runtimes, and the plugins')."""
+    return tuple(RUNTIMES.names())
+
+
+def native_keys() -> dict[str, str]:
+    """runtime -> the [runtime] key naming the device path of its native benchmark tool."""
+    return {name: RUNTIMES.get(name).native_tool for name in RUNTIMES}
+
+
+def runtime_schema() -> dict[str, Key]:
+    """[runtime]: the runtime's name, threads, and each registered runtime's native tool path."""
+    return {"name": Key(str, choices=supported_runtimes()), "threads": Key(int, positive=True),
+            "python": Key(str, False), "runner": Key(str, False, choices=SUPPORTED_RUNNERS),
+            **{tool: Key(str, False) for tool in native_keys().values()},
+            "env": Key(str, False), "install": Key(list, False), "runtimes": Key(list, False),
+            "native": Key(list, False)}
 
 
 SCHEMA: dict[str, dict[str, Key]] = {
@@ -32,11 +51,7 @@ SCHEMA: dict[str, dict[str, Key]] = {
         "peak_gflops": Key(NUMBER, False, positive=True), "mem_bandwidth_gbs": Key(NUMBER, False, positive=True),
         "clusters": Key(list, False),
     },
-    "runtime": {"name": Key(str, choices=SUPPORTED_RUNTIMES), "threads": Key(int, positive=True),
-                "python": Key(str, False), "runner": Key(str, False, choices=SUPPORTED_RUNNERS),
-                **{tool: Key(str, False) for tool in NATIVE_KEYS.values()},  # each runtime's native tool path
-                "env": Key(str, False), "install": Key(list, False), "runtimes": Key(list, False),
-                "native": Key(list, False)},
+    "runtime": {},  # runtime_schema()
     "budgets": {"max_mb": Key(NUMBER, False, positive=True), "max_memory_mb": Key(NUMBER, False, positive=True),
                 "max_latency_ms": Key(NUMBER, False, positive=True),
                 "max_energy_mj": Key(NUMBER, False, positive=True),
@@ -228,7 +243,7 @@ def _parse(path: Path) -> DeviceProfile:
     for key, value in data.items():
         if isinstance(value, dict) and key not in SCHEMA:
             raise UserInputError(f"{path}: unknown table [{key}]; allowed tables: {', '.join(tables)}")
-    for table, keys in {**SCHEMA, "connection": connection_schema()}.items():
+    for table, keys in {**SCHEMA, "runtime": runtime_schema(), "connection": connection_schema()}.items():
         section = data if not table else data.get(table)
         if section is None:
             if table in OPTIONAL_TABLES:
@@ -253,10 +268,11 @@ def _parse(path: Path) -> DeviceProfile:
     env = runtime.get("env")
     if env is not None and (not env.startswith("/") or any(c in env for c in "\n\r\0")):
         raise UserInputError(f"{path}: runtime.env = {env!r} must be an absolute path on the device")
-    binaries = {name: runtime[key] for name, key in NATIVE_KEYS.items() if key in runtime}
+    supported, tools = supported_runtimes(), native_keys()
+    binaries = {name: runtime[key] for name, key in tools.items() if key in runtime}
     native = runtime.get("native", [])
-    if any(name not in SUPPORTED_RUNTIMES for name in native):
-        raise UserInputError(f"{path}: runtime.native = {native!r}; supported: {', '.join(SUPPORTED_RUNTIMES)}")
+    if any(name not in supported for name in native):
+        raise UserInputError(f"{path}: runtime.native = {native!r}; supported: {', '.join(supported)}")
     for name in native:
         if RUNTIMES.get(name).setup_builds_native_tool and name not in binaries and env:
             binaries[name] = f"{env}/bin/{RUNTIMES.get(name).native_tool}"  # where `devices setup` builds it
@@ -268,13 +284,13 @@ def _parse(path: Path) -> DeviceProfile:
         also = (", or runtime.env, where `devices setup` builds the ExecuTorch runner"
                 if RUNTIMES.get(name).setup_builds_native_tool else "")
         raise UserInputError(f"{path}: runtime.native = {native!r} needs the device path of each tool: "
-                             f"runtime.{NATIVE_KEYS[name]}{also}")
+                             f"runtime.{tools[name]}{also}")
     install = runtime.get("install", [])
-    if any(name not in SUPPORTED_RUNTIMES for name in install):
-        raise UserInputError(f"{path}: runtime.install = {install!r}; supported: {', '.join(SUPPORTED_RUNTIMES)}")
+    if any(name not in supported for name in install):
+        raise UserInputError(f"{path}: runtime.install = {install!r}; supported: {', '.join(supported)}")
     runtimes = runtime.get("runtimes", [])
-    if any(name not in SUPPORTED_RUNTIMES for name in runtimes):
-        raise UserInputError(f"{path}: runtime.runtimes = {runtimes!r}; supported: {', '.join(SUPPORTED_RUNTIMES)}")
+    if any(name not in supported for name in runtimes):
+        raise UserInputError(f"{path}: runtime.runtimes = {runtimes!r}; supported: {', '.join(supported)}")
     if runtimes and runtime["name"] not in runtimes:
         raise UserInputError(f"{path}: runtime.runtimes = {runtimes!r} must include runtime.name = "
                              f"{runtime['name']!r} (the one a single-runtime fit and bench use)")

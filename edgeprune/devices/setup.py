@@ -31,13 +31,17 @@ SETUP_VERSION = 1
 DEFAULT_ENV = "$HOME/.edgeprune/env"  # on the board, when the profile names no runtime.env
 
 
-# what a board installs, by package set: each runtime's own, and "<runtime>-native" where its native tool times it
-# and needs less (edgeprune/runtimes)
-RUNTIME_PACKAGES: dict[str, BoardPackages] = {
-    **{name: RUNTIMES.get(name).board_packages for name in RUNTIMES},
-    **{f"{name}-native": RUNTIMES.get(name).native_board_packages for name in RUNTIMES
-       if RUNTIMES.get(name).native_board_packages is not None},
-}
+def runtime_packages() -> dict[str, BoardPackages]:
+    """What a board installs, by package set: each runtime's own, and "<runtime>-native" where its native tool times
+    it and needs less (edgeprune/runtimes). Read when used, not at import: reading the registry loads the runtime
+    plugins, which may import this module."""
+    return {
+        **{name: RUNTIMES.get(name).board_packages for name in RUNTIMES},
+        **{f"{name}-native": RUNTIMES.get(name).native_board_packages for name in RUNTIMES
+           if RUNTIMES.get(name).native_board_packages is not None},
+    }
+
+
 MIN_FREE_RAM_MB = 256
 # PyPI's aarch64 torch wheel is a CUDA build: it does not import without NVIDIA's libraries (gigabytes, and
 # nothing a Pi can use); the CPU build comes from PyTorch's own index
@@ -122,14 +126,14 @@ def host_version(name: str) -> str:
 
 
 def wanted_versions(runtimes: list[str]) -> dict[str, str]:
-    names = [n for r in runtimes for n in (*RUNTIME_PACKAGES[r].with_deps, *RUNTIME_PACKAGES[r].without_deps)]
+    names = [n for r in runtimes for n in (*runtime_packages()[r].with_deps, *runtime_packages()[r].without_deps)]
     return {name: host_version(name) for name in dict.fromkeys(names)}
 
 
 def pinned(runtimes: list[str], wanted: dict[str, str], with_deps: bool) -> list[str]:
     """`name==version` of the packages of `runtimes` that install with (or without) their dependencies."""
     names = [n for r in runtimes
-             for n in (RUNTIME_PACKAGES[r].with_deps if with_deps else RUNTIME_PACKAGES[r].without_deps)]
+             for n in (runtime_packages()[r].with_deps if with_deps else runtime_packages()[r].without_deps)]
     return [f"{n}=={wanted[n]}" for n in dict.fromkeys(names)]
 
 
@@ -138,9 +142,9 @@ def install_runtimes(profile: DeviceProfile) -> list[str]:
 
 
 def package_sets(profile: DeviceProfile, runtimes: list[str]) -> list[str]:
-    """The keys of RUNTIME_PACKAGES for `runtimes` on this board: ExecuTorch timed by the native runner needs
+    """The keys of runtime_packages() for `runtimes` on this board: ExecuTorch timed by the native runner needs
     no torch."""
-    return [f"{r}-native" if f"{r}-native" in RUNTIME_PACKAGES and profile.runner_for(r) == "native" else r
+    return [f"{r}-native" if f"{r}-native" in runtime_packages() and profile.runner_for(r) == "native" else r
             for r in runtimes]
 
 
@@ -220,7 +224,7 @@ def check_board(transport: Transport, profile: DeviceProfile, runtimes: list[str
         raise UserInputError(f"{transport.label} has python {facts['python']}; the runtimes need 3.10 or newer")
     if not facts["venv"]:
         raise UserInputError(f"{transport.label} cannot make virtual environments (apt install python3-venv)")
-    need = sum(RUNTIME_PACKAGES[r].disk_mb for r in runtimes)
+    need = sum(runtime_packages()[r].disk_mb for r in runtimes)
     if facts["free_disk_mb"] < need:
         raise UserInputError(f"{transport.label} has {facts['free_disk_mb']} MB free at {facts['env']}; "
                              f"{', '.join(runtimes)} need about {need} MB")
@@ -315,10 +319,10 @@ def setup_device(profile: DeviceProfile, endpoint: Endpoint | None = None, offli
             report.install_s = round(time.monotonic() - started, 1)
             report.installed = dict(missing)
             for runtime, package in zip(runtimes, packages, strict=True):
-                if not RUNTIME_PACKAGES[package].imports:
+                if not runtime_packages()[package].imports:
                     continue
                 started = time.monotonic()
-                loaded = transport.run([python, "-c", RUNTIME_PACKAGES[package].imports], timeout_s=600)
+                loaded = transport.run([python, "-c", runtime_packages()[package].imports], timeout_s=600)
                 if loaded.exit_code != 0:
                     tail = " | ".join(loaded.stderr.strip().splitlines()[-1:])[-300:]
                     hint = TORCH_HINT.format(python=python, torch=wanted.get("torch")) if "libcu" in tail else ""
