@@ -50,3 +50,30 @@ def test_a_split_shorter_than_one_block_is_a_clear_error(llama_dir, tmp_path):
     task = make_task("causal-lm", llama_dir, write_jsonl(tmp_path / "t.jsonl", rows), max_length=64)
     with pytest.raises(UserInputError, match="less than one block of --max-length 64"):
         task.encode("test")
+
+
+def test_the_teacher_perplexity_is_measured_once_and_a_damaged_entry_is_measured_again(llama_dir, tmp_path):
+    """The dense perplexities are kept in the teacher cache (SmolLM2: 72 s of every score, export or fit); the model
+    itself is loaded each time, and an entry that is not whole is removed with one warning and measured again."""
+    data = write_jsonl(tmp_path / "t.jsonl", long_rows())
+    first = make_task("causal-lm", llama_dir, data, max_length=16).teacher()
+    task = make_task("causal-lm", llama_dir, data, max_length=16)
+    [entry] = [p for p in (task.cache_dir / "teachers").iterdir() if not p.name.startswith(".")]  # not its record
+    task = make_task("causal-lm", llama_dir, data, max_length=16)
+    measured = []
+    task.quality = lambda model, split="test": measured.append(split)  # a second measurement would show here
+    again = task.teacher()
+    assert again.cached and not first.cached and measured == []
+    assert (again.validation, again.test) == (first.validation, first.test)
+    assert isinstance(again.model, torch.nn.Module)
+    # another block length is another key: measured, not read
+    other = make_task("causal-lm", llama_dir, data, max_length=12).teacher()
+    assert not other.cached and other.test.details["tokens"] != first.test.details["tokens"]
+
+    entry.write_bytes(entry.read_bytes()[:-5])  # cut short: its record no longer matches
+    warnings = []
+    task = make_task("causal-lm", llama_dir, data, max_length=16)
+    task.progress.warn = warnings.append
+    rebuilt = task.teacher()
+    assert not rebuilt.cached and rebuilt.test == first.test
+    assert len(warnings) == 1 and "damaged cache entry" in warnings[0]

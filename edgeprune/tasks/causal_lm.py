@@ -5,17 +5,20 @@ cache_position [S])`. Through the runtime, each block is prefilled up to its las
 validation split `VALIDATION_DECODE_TOKENS`) and those are decoded one at a time against the cache, so the
 perplexity a fit reports is the shipped program's, prefill and decode both."""
 
+import json
 import math
 import time
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import asdict, dataclass
 from functools import cached_property
+from pathlib import Path
 from types import MappingProxyType
 
 import torch
 import torch.nn.functional as F
 from torch import nn
 
+from edgeprune.cache import discard, read_entry, write_entry
 from edgeprune.errors import UserInputError
 from edgeprune.generation.fast_attention import ATTENTION_PATHS, custom_ops_available
 from edgeprune.models.classifier import CausalLMLogits
@@ -46,6 +49,7 @@ DECODE_TOKENS = 16  # of every block, decoded token by token through the runtime
 # on the validation split, which the search ranks candidates by: the same perplexity to four decimals on SmolLM2's
 # int4-decoder program (56.9304 both) in 38 s instead of 97 s; the reported test figure keeps DECODE_TOKENS
 VALIDATION_DECODE_TOKENS = 4
+TEACHER_CACHE_VERSION = 1  # of the teacher-perplexity entries in the cache (teachers/NAME-KEY-CONTEXT-ATTENTION.json)
 
 
 @dataclass
@@ -160,11 +164,36 @@ class CausalLMTask(TextTask):
         return ids[:, :self.prompt_tokens], positions[:self.prompt_tokens]
 
     def teacher(self) -> Teacher:
+        """The dense model and its perplexity on both splits. The perplexities (SmolLM2: 72 s of a score or a fit on
+        2 cores) are kept in the teacher cache under the model's and data's key: the model is loaded each time."""
         started = time.perf_counter()
         model = CausalLMLogits(self.load_transformer("AutoModelForCausalLM"), self.cache_length,
                                self.program_attention).eval()
-        return Teacher(model, self.quality(model, "validation"), self.quality(model, "test"),
-                       time.perf_counter() - started, cached=False)
+        cache_file = (self.cache_dir / "teachers" /
+                      f"{self.name}-{self.cache_key()}-{self.cache_length}-{self.program_attention}.json")
+        saved = self.cached_qualities(cache_file)
+        if saved is not None:
+            self.progress.note(f"teacher perplexity loaded from cache {cache_file}")
+            return Teacher(model, *saved, time.perf_counter() - started, cached=True)
+        validation, test = self.quality(model, "validation"), self.quality(model, "test")
+        entry = {"version": TEACHER_CACHE_VERSION, "validation": asdict(validation), "test": asdict(test)}
+        write_entry(cache_file, json.dumps(entry).encode(), ("torch", "transformers"))
+        return Teacher(model, validation, test, time.perf_counter() - started, cached=False)
+
+    def cached_qualities(self, cache_file: Path) -> tuple[Quality, Quality] | None:
+        """The validation and test quality measured before, from the teacher cache; None when it holds none, or a
+        damaged or outdated one (removed, with one warning: measured again)."""
+        data = read_entry(cache_file, self.progress.warn, ("torch", "transformers"))
+        if data is None:
+            return None
+        try:
+            entry = json.loads(data)
+            if entry.get("version") != TEACHER_CACHE_VERSION:
+                raise ValueError(f"version {entry.get('version')!r}, not {TEACHER_CACHE_VERSION}")
+            return Quality(**entry["validation"]), Quality(**entry["test"])
+        except (ValueError, KeyError, TypeError, AttributeError) as error:
+            discard(cache_file, f"not a teacher entry: {type(error).__name__}: {error}", self.progress.warn)
+            return None
 
     def loss(self, model: nn.Module, batch: Batch) -> torch.Tensor:
         logits = model(batch["input_ids"])[0]
