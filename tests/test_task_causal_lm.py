@@ -77,3 +77,16 @@ def test_the_teacher_perplexity_is_measured_once_and_a_damaged_entry_is_measured
     rebuilt = task.teacher()
     assert not rebuilt.cached and rebuilt.test == first.test
     assert len(warnings) == 1 and "damaged cache entry" in warnings[0]
+
+
+def test_the_dense_model_alone_measures_nothing_and_is_the_teachers(llama_dir, tmp_path):
+    """What score with a named criterion, export and quantize take: the teacher's model, no perplexity measured."""
+    task = make_task("causal-lm", llama_dir, write_jsonl(tmp_path / "t.jsonl", long_rows()), max_length=16)
+    measured = []
+    task.quality = lambda model, split="test": measured.append(split)
+    dense = task.dense_model()
+    assert measured == [] and not list((task.cache_dir / "teachers").glob("*"))
+    ids = task.encode("test")["input_ids"][:1]
+    teacher = make_task("causal-lm", llama_dir, tmp_path / "t.jsonl", max_length=16).teacher()
+    with torch.no_grad():
+        assert torch.equal(dense(ids)[0], teacher.model(ids)[0])

@@ -107,7 +107,7 @@ def run_quantize(args: SimpleNamespace) -> int:
     check_output_file(args.out)
     check_output_file(args.out.with_suffix(".json"), "--out (its .json summary)")
     task = task_from(args)
-    quantized = recipe.apply(task.teacher().model, _calibration(task, recipe))
+    quantized = recipe.apply(task.dense_model(), _calibration(task, recipe))
     program = torch.export.export(quantized, task.example_inputs("validation", 1)[0], strict=False)
     args.out.parent.mkdir(parents=True, exist_ok=True)
     partial = args.out.with_name(f".{args.out.name}.partial")
@@ -141,7 +141,7 @@ def run_export(args: SimpleNamespace) -> int:
     check_output_file(args.out)
     check_output_file(args.out.with_suffix(args.out.suffix + ".json"), "--out (its .json summary)")
     task = task_from(args)
-    model = task.teacher().model
+    model = task.dense_model()
     task.progress.note(f"exporting with {recipe.name} ({recipe.description})")
     artifact = export(model, task.example_inputs("validation", 1)[0], args.out, recipe,
                       calibration=_calibration(task, recipe), verify_on=task.example_inputs("validation", 8))

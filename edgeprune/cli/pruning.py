@@ -101,12 +101,12 @@ def run_score(args: SimpleNamespace) -> int:
         raise UserInputError(f"--examples must be at least 1, got {args.examples}")
     check_output_file(args.out)
     task = task_from(args)
-    teacher = task.teacher()
     if args.criterion in (None, "auto"):
+        teacher = task.teacher()  # the choice compares each ranking's pruned model with the dense one
         scores = measured_head_scores(task, teacher.model, teacher.validation, args.examples, CALIBRATION_BATCH_SIZE)
     else:
         with task.progress.task(f"scoring heads ({args.criterion})", args.examples) as bar:
-            scores = score_heads(teacher.model, bar.track(task.batches("calibration", CALIBRATION_BATCH_SIZE,
+            scores = score_heads(task.dense_model(), bar.track(task.batches("calibration", CALIBRATION_BATCH_SIZE,
                                                                        limit=args.examples)),
                                  args.criterion, loss_fn=task.loss)
     write_json_atomic(args.out, scores.to_dict())

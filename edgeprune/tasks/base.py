@@ -174,6 +174,11 @@ class Task(ABC):
     def teacher(self) -> Teacher:
         """The dense model as the artifact will run it, and its quality in PyTorch."""
 
+    def dense_model(self) -> nn.Module:
+        """The dense model as the artifact will run it, where its quality is not needed (score with a named
+        criterion, export, quantize). A task whose teacher measures quality it can skip overrides this."""
+        return self.teacher().model
+
     @abstractmethod
     def loss(self, model: nn.Module, batch: Batch) -> torch.Tensor:
         """The loss used for gradient-based head scoring (higher = worse)."""

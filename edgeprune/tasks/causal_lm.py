@@ -163,12 +163,15 @@ class CausalLMTask(TextTask):
         ids, positions = self.example_inputs("validation", 1)[0]
         return ids[:, :self.prompt_tokens], positions[:self.prompt_tokens]
 
+    def dense_model(self) -> nn.Module:
+        return CausalLMLogits(self.load_transformer("AutoModelForCausalLM"), self.cache_length,
+                              self.program_attention).eval()
+
     def teacher(self) -> Teacher:
-        """The dense model and its perplexity on both splits. The perplexities (SmolLM2: 72 s of a score or a fit on
-        2 cores) are kept in the teacher cache under the model's and data's key: the model is loaded each time."""
+        """The dense model and its perplexity on both splits. The perplexities (SmolLM2: 72 s of a fit on 2 cores)
+        are kept in the teacher cache under the model's and data's key: the model is loaded each time."""
         started = time.perf_counter()
-        model = CausalLMLogits(self.load_transformer("AutoModelForCausalLM"), self.cache_length,
-                               self.program_attention).eval()
+        model = self.dense_model()
         cache_file = (self.cache_dir / "teachers" /
                       f"{self.name}-{self.cache_key()}-{self.cache_length}-{self.program_attention}.json")
         saved = self.cached_qualities(cache_file)
