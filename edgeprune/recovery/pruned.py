@@ -98,8 +98,10 @@ def distill_pruned(student_encoder: nn.Module, task: "Task", config: DistillConf
     dense = task.teacher()
     teacher = dense.model
     if not isinstance(teacher, EncoderClassifier):
-        raise UserInputError(f"task {task.name} has a {type(teacher).__name__} teacher; distilling a pruned encoder "
-                             "needs an encoder with a linear head (EncoderClassifier)")
+        also = (" (a pruned decoder is recovered by `edgeprune fit`, which distils every structure it builds)"
+                if task.kind == "causal-lm" else "")
+        raise UserInputError(f"task {task.name} has a {type(teacher).__name__} teacher; `distill` recovers pruned "
+                             f"encoders with a linear head (EncoderClassifier), not yet this task's models{also}")
     # a pooler stays: the task mean-pools, so it gets no gradient, and the folder keeps loading with edgeprune.load
     hidden = getattr(student_encoder.config, "hidden_size", None)
     if hidden != teacher.classifier.in_features:
