@@ -128,3 +128,34 @@ def test_layer_and_ffn_option_errors_are_one_line_with_exit_2(tiny_bert_dir, pru
         err = capsys.readouterr().err
         assert code == 2 and message in err and len(err.strip().splitlines()) == 1, (extra, err)
         assert not (tmp_path / "o").exists()
+
+
+def test_distill_recovers_a_pruned_decoder_with_the_tasks_own_settings(tmp_path, capsys):
+    """A pruned grouped-query decoder through `edgeprune distill --task smollm2-bbc --teacher-model ...`: its folder
+    loads with the heads it was pruned to, and it was distilled with the decoder's settings (learning rate,
+    temperature, no next-token loss, batches of 2 blocks), not the encoder defaults the help shows."""
+    from edgeprune.models.classifier import CausalLMLogits
+    from tests._byo import tiny_llama_dir
+
+    teacher = tiny_llama_dir(tmp_path / "llama", heads=4, kv_heads=2)
+    pruned = save(prune_heads(load(teacher), {0: [0, 1], 1: [1, 3]}), tmp_path / "pruned", source=teacher)
+    out = tmp_path / "recovered"
+    code = edgeprune.cli.main(["distill", "--task", "smollm2-bbc", "--teacher-model", str(teacher), "--model",
+                               str(pruned), "--max-length", "16", "--max-steps", "3", "--eval-every", "3",
+                               "--train-limit", "24", "--out", str(out), "--json", "--quiet"])
+    captured = capsys.readouterr()
+    assert code == 0, captured.err
+    summary = json.loads(captured.out)
+    assert summary["steps"] == 3 and summary["metric"] == "neg_kl"
+    record = json.loads((out / "distill.json").read_text())
+    config = record["result"]["config"]
+    assert (config["learning_rate"], config["temperature"], config["task_weight"]) == (2e-4, 1.0, 0.0)
+    assert record["task"] == "smollm2-bbc" and record["student"] == str(pruned)
+    recovered = load(out)
+    assert [block.num_heads for block in adapter_for(recovered).attention_blocks(recovered)] == [2, 2]
+    assert (out / "tokenizer.json").is_file() or (out / "vocab.txt").is_file()  # the folder tokenizes alone
+    before, after = load(pruned).state_dict(), recovered.state_dict()
+    assert any(not torch.equal(before[name], after[name]) for name in before)  # distilled, not copied
+    ids = torch.arange(3, 19)[None]
+    with torch.no_grad():
+        assert CausalLMLogits(recovered)(ids)[0].shape == (1, 16, recovered.config.vocab_size)

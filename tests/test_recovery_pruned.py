@@ -106,14 +106,3 @@ def test_a_student_of_another_width_is_refused_naming_its_folder(task, tmp_path)
         distill_pruned(tiny_bert(hidden_size=64), task)
 
 
-
-def test_a_decoder_is_refused_in_one_line_naming_fit(tmp_path):
-    """`distill` recovers encoders; a pruned decoder is recovered by fit, and the error says so."""
-    from edgeprune.tasks import make_task
-    from tests._byo import tiny_llama_dir, topic_rows, write_jsonl
-
-    folder = tiny_llama_dir(tmp_path / "llama")
-    rows = [{"text": " ".join(row["text"] for row in topic_rows()[i:i + 6]), "label": ""} for i in range(0, 24, 2)]
-    task = make_task("causal-lm", folder, write_jsonl(tmp_path / "t.jsonl", rows), max_length=16)
-    with pytest.raises(UserInputError, match=r"`distill` recovers pruned encoders .* recovered by `edgeprune fit`"):
-        distill_pruned(load(folder), task, CONFIG, **LIMITS)

@@ -3,7 +3,7 @@ optionally after removing its most redundant layers (angular distance) and a sha
 
 import dataclasses
 import json
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from pathlib import Path
 from types import SimpleNamespace
 
@@ -38,21 +38,25 @@ def override_options(command: Callable) -> Callable:
 
 @click.command("distill", epilog=epilog(["edgeprune distill --model pruned/ --max-steps 60 --out recovered/",
                                         "edgeprune distill --model pruned/ --remove-layers 1 --ffn-ratio 0.25 "
-                                        "--max-seconds 300 --out recovered/"],
+                                        "--max-seconds 300 --out recovered/",
+                                        "edgeprune distill --task smollm2-bbc --model pruned-smollm2/ --max-steps 150 "
+                                        "--out recovered-smollm2/"],
                                         "0 written; 2 bad input; 130 Ctrl-C"))
 @click.option("--model", type=click.Path(path_type=Path), required=True,
               help="the pruned model folder (from `edgeprune prune`)")
-@click.option("--task", default="minilm-bbc", show_default=True, help="bundled task whose dense model teaches")
+@click.option("--task", default="minilm-bbc", show_default=True, help="bundled task whose dense model teaches "
+              "(minilm-bbc, smollm2-bbc)")
 @click.option("--teacher-model", type=click.Path(path_type=Path), help="dense teacher folder instead of the bundled "
-              "MiniLM")
+              "task's model")
 @click.option("--max-length", type=int, default=128, show_default=True, help="tokens per input")
 # not --config: that flag names the edgeprune.toml project file of every verb
 @click.option("--distill-config", type=click.Path(path_type=Path), help="a DistillConfig JSON; the flags below "
               "override it")
 @override_options
-@click.option("--batch-size", type=int, default=16, show_default=True, help="training and validation batch")
+@click.option("--batch-size", type=int, help="training and validation batch (default: the task's: 16, a decoder's 2)")
 @click.option("--train-limit", type=int, help="use only the first N calibration documents")
-@click.option("--validation-limit", type=int, help="use only the first N validation documents")
+@click.option("--validation-limit", type=int, help="use only the first N validation documents (default: all; a "
+              "decoder task's 16)")
 @click.option("--remove-layers", type=int, default=0, show_default=True, metavar="N",
               help="first remove the N consecutive layers that change the hidden states least (angular distance on "
               "calibration documents)")
@@ -67,15 +71,20 @@ def override_options(command: Callable) -> Callable:
 @click.option("--json", is_flag=True, help="print distill.json's summary as JSON")
 @output_options
 def distill_command(**values: object) -> int:
-    """Recover a pruned model by distillation from the dense teacher."""
+    """Recover a pruned model by distillation from the dense teacher.
+
+    A decoder task (smollm2-bbc) distils with its own recovery settings in place of the defaults shown: learning
+    rate 2e-4, temperature 1, no next-token loss, batches of 2 blocks, 16 validation blocks, as fit does."""
     return run_distill(as_args(values))
 
 
-def config_from(args: SimpleNamespace):  # noqa: ANN201 - a DistillConfig
+def config_from(args: SimpleNamespace, task_settings: Mapping[str, object]):  # noqa: ANN201 - a DistillConfig
+    """DistillConfig's defaults, replaced by the task's own recovery settings (a decoder's learning rate, temperature,
+    loss weights), then by --distill-config's file, then by each flag given."""
     from edgeprune.recovery.config import DistillConfig
 
     config = DistillConfig.from_dict(read_json(args.distill_config, "distill config")) if args.distill_config else (
-        DistillConfig())
+        DistillConfig(**task_settings))
     changes = {field: getattr(args, field) for field in OVERRIDES if getattr(args, field) is not None}
     return dataclasses.replace(config, **changes)  # validated again by __post_init__
 
@@ -92,7 +101,7 @@ def run_distill(args: SimpleNamespace) -> int:
                              "pass a folder written by `edgeprune prune`")
     check_model_folder(args.model)
     check_output_folder(args.out)
-    if args.batch_size < 1:
+    if args.batch_size is not None and args.batch_size < 1:
         raise UserInputError(f"--batch-size must be at least 1, got {args.batch_size}")
     if args.teacher_model is not None and not args.teacher_model.exists():
         raise UserInputError(f"teacher model path {args.teacher_model} does not exist")
@@ -105,14 +114,15 @@ def run_distill(args: SimpleNamespace) -> int:
     for flag, value in (("--train-limit", args.train_limit), ("--validation-limit", args.validation_limit)):
         if value is not None and value < 1:
             raise UserInputError(f"{flag} must be at least 1, got {value}")
-    config = config_from(args)
-    encoder = load(args.model)
     task = bundled_task(args.task, model_path=args.teacher_model, max_length=args.max_length,
                         progress=Progress(enabled=not args.quiet))
-    distilled = distill_pruned(encoder, task, config, remove_layers=args.remove_layers, ffn_ratio=args.ffn_ratio,
+    config = config_from(args, task.recovery_settings)
+    pruned = load(args.model)
+    validation_limit = args.validation_limit if args.validation_limit is not None else task.recovery_validation_limit
+    distilled = distill_pruned(pruned, task, config, remove_layers=args.remove_layers, ffn_ratio=args.ffn_ratio,
                                ffn_criterion=args.ffn_criterion, scoring_batches=args.scoring_batches,
-                               batch_size=args.batch_size, train_limit=args.train_limit,
-                               validation_limit=args.validation_limit, source=args.model)
+                               batch_size=args.batch_size or task.recovery_batch_size, train_limit=args.train_limit,
+                               validation_limit=validation_limit, source=args.model)
     save_distilled(distilled, args.out)
     result = distilled.result
     if args.json:

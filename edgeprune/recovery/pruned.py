@@ -1,5 +1,5 @@
-"""Recover a pruned encoder by distillation from its task's dense teacher, optionally after removing its most
-redundant layers (angular distance) and a share of its FFN neurons; and the folder `edgeprune distill` writes."""
+"""Recover a pruned encoder or decoder by distillation from its task's dense teacher, optionally after removing its
+most redundant layers (angular distance) and a share of its FFN neurons; and the folder `edgeprune distill` writes."""
 
 import copy
 import dataclasses
@@ -13,7 +13,7 @@ from torch import nn
 
 from edgeprune.errors import UserInputError
 from edgeprune.models import adapter_for
-from edgeprune.models.classifier import EncoderClassifier
+from edgeprune.models.classifier import CausalLMLogits, EncoderClassifier
 from edgeprune.models.io import save
 from edgeprune.progress import Progress
 from edgeprune.pruning.ffn import NEURON_CRITERIA, intermediate_sizes
@@ -35,7 +35,8 @@ TOKENIZER_FILES = ("tokenizer.json", "tokenizer_config.json", "vocab.txt", "spec
 class PrunedDistillation:
     """What `distill_pruned` did: the recovered model, the distillation and the structure it removed first."""
 
-    student: EncoderClassifier  # the pruned encoder and a copy of the teacher's head, distilled (in eval mode)
+    # the pruned encoder and a copy of the teacher's head, or the pruned decoder as its generator; distilled (eval)
+    student: EncoderClassifier | CausalLMLogits
     result: DistillResult
     task: str  # the task's name
     teacher_folder: Path  # the task's model folder (tokenizer files come from here when the student's has none)
@@ -72,8 +73,10 @@ def distill_pruned(student_encoder: nn.Module, task: "Task", config: DistillConf
                    scoring_batches: int = 8, batch_size: int = 16, train_limit: int | None = None,
                    validation_limit: int | None = None, source: Path | None = None,
                    progress: Progress | None = None, compensate: bool = True) -> PrunedDistillation:
-    """Recover `student_encoder` (a pruned copy of the task's encoder, changed in place) by distilling from the
-    task's dense teacher, an `EncoderClassifier` whose head the student starts from.
+    """Recover `student_encoder` (a pruned copy of the task's model, changed in place) by distilling from the
+    task's dense teacher: an `EncoderClassifier` whose head the student starts from, or a decoder's
+    `CausalLMLogits` (pass the task's own `recovery_settings`, `recovery_batch_size` and
+    `recovery_validation_limit`, as fit and `edgeprune distill` do).
 
     First, optionally, the `remove_layers` consecutive layers that change the hidden states least on
     `scoring_batches` calibration batches go (the student's layers are then aligned with the teacher's kept
@@ -97,17 +100,7 @@ def distill_pruned(student_encoder: nn.Module, task: "Task", config: DistillConf
     progress = progress or task.progress
     dense = task.teacher()
     teacher = dense.model
-    if not isinstance(teacher, EncoderClassifier):
-        also = (" (a pruned decoder is recovered by `edgeprune fit`, which distils every structure it builds)"
-                if task.kind == "causal-lm" else "")
-        raise UserInputError(f"task {task.name} has a {type(teacher).__name__} teacher; `distill` recovers pruned "
-                             f"encoders with a linear head (EncoderClassifier), not yet this task's models{also}")
-    # a pooler stays: the task mean-pools, so it gets no gradient, and the folder keeps loading with edgeprune.load
-    hidden = getattr(student_encoder.config, "hidden_size", None)
-    if hidden != teacher.classifier.in_features:
-        raise UserInputError(f"{source or 'the student'} has hidden size {hidden} but the teacher's "
-                             f"{teacher.classifier.in_features}; distill a model pruned from the task's model")
-    student = EncoderClassifier(student_encoder, copy.deepcopy(teacher.classifier))
+    student = student_for(teacher, student_encoder, task, source)
     data = DistillData.from_task(task, batch_size, config.seed, train_limit, validation_limit)
     scoring = data.scoring_batches(scoring_batches)
     facts: dict[str, Any] = {}
@@ -133,15 +126,37 @@ def distill_pruned(student_encoder: nn.Module, task: "Task", config: DistillConf
                               source=source, **facts)
 
 
+def student_for(teacher: nn.Module, pruned: nn.Module, task: "Task", source: Path | None) -> nn.Module:
+    """The pruned model wrapped as the teacher is: beside a copy of an encoder teacher's head, or as a decoder
+    teacher's generator (its logits are what a decoder distils on)."""
+    hidden = getattr(pruned.config, "hidden_size", None)
+    if isinstance(teacher, CausalLMLogits):
+        if hidden != teacher.model.config.hidden_size:
+            raise UserInputError(f"{source or 'the student'} has hidden size {hidden} but the teacher's "
+                                 f"{teacher.model.config.hidden_size}; distill a model pruned from the task's model")
+        return CausalLMLogits(pruned, teacher.context, teacher.attention)
+    if not isinstance(teacher, EncoderClassifier):
+        raise UserInputError(f"task {task.name} has a {type(teacher).__name__} teacher; `distill` recovers pruned "
+                             "encoders with a linear head (EncoderClassifier) and decoders (CausalLMLogits)")
+    # a pooler stays: the task mean-pools, so it gets no gradient, and the folder keeps loading with edgeprune.load
+    if hidden != teacher.classifier.in_features:
+        raise UserInputError(f"{source or 'the student'} has hidden size {hidden} but the teacher's "
+                             f"{teacher.classifier.in_features}; distill a model pruned from the task's model")
+    return EncoderClassifier(pruned, copy.deepcopy(teacher.classifier))
+
+
 def save_distilled(distilled: PrunedDistillation, out: str | Path) -> Path:
     """Write the recovered model to `out` as `edgeprune distill` does: the encoder as a model folder
-    (`edgeprune.load` reads it back), its head as classifier.pt, the tokenizer files, the student's plan.json
-    and distill.json (`PrunedDistillation.to_dict`). Returns the folder."""
+    (`edgeprune.load` reads it back) and its head as classifier.pt, or the decoder's folder; the tokenizer files,
+    the student's plan.json and distill.json (`PrunedDistillation.to_dict`). Returns the folder."""
     out = Path(out)
     out.mkdir(parents=True, exist_ok=True)
-    save(distilled.student.encoder, out)
-    torch.save(distilled.student.classifier.state_dict(), out / "classifier.pt")
     source = distilled.source
+    if isinstance(distilled.student, CausalLMLogits):  # a decoder is its folder (and the source's tokenizer files)
+        save(distilled.student.model, out, source=source if source is not None else distilled.teacher_folder)
+    else:
+        save(distilled.student.encoder, out)
+        torch.save(distilled.student.classifier.state_dict(), out / "classifier.pt")
     for name in TOKENIZER_FILES:
         found = source / name if source is not None and (source / name).exists() else distilled.teacher_folder / name
         if found.exists():
