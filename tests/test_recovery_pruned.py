@@ -105,4 +105,3 @@ def test_a_student_of_another_width_is_refused_naming_its_folder(task, tmp_path)
     with pytest.raises(UserInputError, match="^the student has hidden size 64"):
         distill_pruned(tiny_bert(hidden_size=64), task)
 
-

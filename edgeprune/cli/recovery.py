@@ -117,12 +117,10 @@ def run_distill(args: SimpleNamespace) -> int:
     task = bundled_task(args.task, model_path=args.teacher_model, max_length=args.max_length,
                         progress=Progress(enabled=not args.quiet))
     config = config_from(args, task.recovery_settings)
-    pruned = load(args.model)
-    validation_limit = args.validation_limit if args.validation_limit is not None else task.recovery_validation_limit
-    distilled = distill_pruned(pruned, task, config, remove_layers=args.remove_layers, ffn_ratio=args.ffn_ratio,
-                               ffn_criterion=args.ffn_criterion, scoring_batches=args.scoring_batches,
-                               batch_size=args.batch_size or task.recovery_batch_size, train_limit=args.train_limit,
-                               validation_limit=validation_limit, source=args.model)
+    distilled = distill_pruned(load(args.model), task, config, remove_layers=args.remove_layers,
+                               ffn_ratio=args.ffn_ratio, ffn_criterion=args.ffn_criterion,
+                               scoring_batches=args.scoring_batches, batch_size=args.batch_size,
+                               train_limit=args.train_limit, validation_limit=args.validation_limit, source=args.model)
     save_distilled(distilled, args.out)
     result = distilled.result
     if args.json:

@@ -70,13 +70,13 @@ class PrunedDistillation:
 
 def distill_pruned(student_encoder: nn.Module, task: "Task", config: DistillConfig | None = None, *,
                    remove_layers: int = 0, ffn_ratio: float = 0.0, ffn_criterion: str = "activation",
-                   scoring_batches: int = 8, batch_size: int = 16, train_limit: int | None = None,
+                   scoring_batches: int = 8, batch_size: int | None = None, train_limit: int | None = None,
                    validation_limit: int | None = None, source: Path | None = None,
                    progress: Progress | None = None, compensate: bool = True) -> PrunedDistillation:
     """Recover `student_encoder` (a pruned copy of the task's model, changed in place) by distilling from the
     task's dense teacher: an `EncoderClassifier` whose head the student starts from, or a decoder's
-    `CausalLMLogits` (pass the task's own `recovery_settings`, `recovery_batch_size` and
-    `recovery_validation_limit`, as fit and `edgeprune distill` do).
+    `CausalLMLogits`. `config`, `batch_size` and `validation_limit` default to the task's recovery settings
+    (`Task.recovery_*`: DistillConfig's defaults, 16 and all for an encoder; a decoder's own), as in fit.
 
     First, optionally, the `remove_layers` consecutive layers that change the hidden states least on
     `scoring_batches` calibration batches go (the student's layers are then aligned with the teacher's kept
@@ -88,7 +88,9 @@ def distill_pruned(student_encoder: nn.Module, task: "Task", config: DistillConf
     the folder the encoder came from, is named in messages and recorded by `save_distilled`. Notes go to
     `progress` (default: the task's).
     """
-    config = config or DistillConfig()
+    config = config or DistillConfig(**task.recovery_settings)
+    batch_size = batch_size if batch_size is not None else task.recovery_batch_size
+    validation_limit = validation_limit if validation_limit is not None else task.recovery_validation_limit
     _check_options(remove_layers, ffn_ratio, ffn_criterion, scoring_batches, batch_size, train_limit,
                    validation_limit)
     layers = len(adapter_for(student_encoder).layer_modules(student_encoder))
@@ -129,19 +131,20 @@ def distill_pruned(student_encoder: nn.Module, task: "Task", config: DistillConf
 def student_for(teacher: nn.Module, pruned: nn.Module, task: "Task", source: Path | None) -> nn.Module:
     """The pruned model wrapped as the teacher is: beside a copy of an encoder teacher's head, or as a decoder
     teacher's generator (its logits are what a decoder distils on)."""
-    hidden = getattr(pruned.config, "hidden_size", None)
     if isinstance(teacher, CausalLMLogits):
-        if hidden != teacher.model.config.hidden_size:
-            raise UserInputError(f"{source or 'the student'} has hidden size {hidden} but the teacher's "
-                                 f"{teacher.model.config.hidden_size}; distill a model pruned from the task's model")
-        return CausalLMLogits(pruned, teacher.context, teacher.attention)
-    if not isinstance(teacher, EncoderClassifier):
+        width = teacher.model.config.hidden_size
+    elif isinstance(teacher, EncoderClassifier):
+        width = teacher.classifier.in_features
+    else:
         raise UserInputError(f"task {task.name} has a {type(teacher).__name__} teacher; `distill` recovers pruned "
                              "encoders with a linear head (EncoderClassifier) and decoders (CausalLMLogits)")
+    hidden = getattr(pruned.config, "hidden_size", None)
+    if hidden != width:
+        raise UserInputError(f"{source or 'the student'} has hidden size {hidden} but the teacher's {width}; "
+                             "distill a model pruned from the task's model")
+    if isinstance(teacher, CausalLMLogits):
+        return CausalLMLogits(pruned, teacher.context, teacher.attention)
     # a pooler stays: the task mean-pools, so it gets no gradient, and the folder keeps loading with edgeprune.load
-    if hidden != teacher.classifier.in_features:
-        raise UserInputError(f"{source or 'the student'} has hidden size {hidden} but the teacher's "
-                             f"{teacher.classifier.in_features}; distill a model pruned from the task's model")
     return EncoderClassifier(pruned, copy.deepcopy(teacher.classifier))
 
 

@@ -104,6 +104,7 @@ class Task(ABC):
     recovery_batch_size: ClassVar[int] = 16
     recovery_settings: ClassVar[Mapping[str, Any]] = MappingProxyType({})
     recovery_validation_limit: ClassVar[int | None] = None
+    labelled: ClassVar[bool] = True  # whether its examples carry labels (then its splits are stratified by them)
 
     def __post_init__(self) -> None:
         self.model_path = Path(self.model_path)
@@ -119,10 +120,6 @@ class Task(ABC):
             check_model_for_task(self.kind, self.model_path, self.model_kinds)
 
     # --- data -----------------------------------------------------------------------------------
-    @property
-    def labelled(self) -> bool:
-        return True
-
     @cached_property
     def splits(self) -> DataSplits:
         from edgeprune.data import random_split, stratified_split

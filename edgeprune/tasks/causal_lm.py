@@ -13,6 +13,7 @@ from dataclasses import asdict, dataclass
 from functools import cached_property
 from pathlib import Path
 from types import MappingProxyType
+from typing import ClassVar
 
 import torch
 import torch.nn.functional as F
@@ -50,6 +51,7 @@ DECODE_TOKENS = 16  # of every block, decoded token by token through the runtime
 # int4-decoder program (56.9304 both) in 38 s instead of 97 s; the reported test figure keeps DECODE_TOKENS
 VALIDATION_DECODE_TOKENS = 4
 TEACHER_CACHE_VERSION = 1  # of the teacher-perplexity entries in the cache (teachers/NAME-KEY-CONTEXT-ATTENTION.json)
+TEACHER_PRODUCERS = ("torch", "transformers")  # whose versions a teacher entry's cache record must match
 
 
 @dataclass
@@ -61,6 +63,7 @@ class CausalLMTask(TextTask):
     metric = "perplexity"
     higher_is_better = False
     model_kinds = (DECODER,)
+    labelled: ClassVar[bool] = False
     # a decoder recovers as SmolLM2 was measured to (docs/FINDINGS.md, "SmolLM2-135M: a quarter of the heads
     # removed"): batches of 2 blocks, KL to the teacher at temperature 1 without the next-token loss, learning rate
     # 2e-4; an encoder's 16 blocks at 2e-5 made a step 8× as long (9.5 s on SmolLM2 here) for less per step.
@@ -108,10 +111,6 @@ class CausalLMTask(TextTask):
         if self.attention != "auto":
             return self.attention
         return "fast" if custom_ops_available() else "portable"
-
-    @property
-    def labelled(self) -> bool:
-        return False
 
     @property
     def input_names(self) -> tuple[str, ...]:
@@ -174,29 +173,13 @@ class CausalLMTask(TextTask):
         model = self.dense_model()
         cache_file = (self.cache_dir / "teachers" /
                       f"{self.name}-{self.cache_key()}-{self.cache_length}-{self.program_attention}.json")
-        saved = self.cached_qualities(cache_file)
+        saved = read_teacher_qualities(cache_file, self.progress.warn)
         if saved is not None:
             self.progress.note(f"teacher perplexity loaded from cache {cache_file}")
             return Teacher(model, *saved, time.perf_counter() - started, cached=True)
         validation, test = self.quality(model, "validation"), self.quality(model, "test")
-        entry = {"version": TEACHER_CACHE_VERSION, "validation": asdict(validation), "test": asdict(test)}
-        write_entry(cache_file, json.dumps(entry).encode(), ("torch", "transformers"))
+        write_teacher_qualities(cache_file, validation, test)
         return Teacher(model, validation, test, time.perf_counter() - started, cached=False)
-
-    def cached_qualities(self, cache_file: Path) -> tuple[Quality, Quality] | None:
-        """The validation and test quality measured before, from the teacher cache; None when it holds none, or a
-        damaged or outdated one (removed, with one warning: measured again)."""
-        data = read_entry(cache_file, self.progress.warn, ("torch", "transformers"))
-        if data is None:
-            return None
-        try:
-            entry = json.loads(data)
-            if entry.get("version") != TEACHER_CACHE_VERSION:
-                raise ValueError(f"version {entry.get('version')!r}, not {TEACHER_CACHE_VERSION}")
-            return Quality(**entry["validation"]), Quality(**entry["test"])
-        except (ValueError, KeyError, TypeError, AttributeError) as error:
-            discard(cache_file, f"not a teacher entry: {type(error).__name__}: {error}", self.progress.warn)
-            return None
 
     def loss(self, model: nn.Module, batch: Batch) -> torch.Tensor:
         logits = model(batch["input_ids"])[0]
@@ -258,3 +241,24 @@ class CausalLMTask(TextTask):
 
     def vocabulary(self) -> None:
         return None  # the output layer predicts every token; trimming the input table alone would break tied weights
+
+
+def read_teacher_qualities(cache_file: Path, warn: Callable[[str], None]) -> tuple[Quality, Quality] | None:
+    """The teacher's validation and test quality measured before, from the teacher cache; None when it holds none,
+    or a damaged or outdated one (removed, with one warning through `warn`: measured again)."""
+    data = read_entry(cache_file, warn, TEACHER_PRODUCERS)
+    if data is None:
+        return None
+    try:
+        entry = json.loads(data)
+        if entry.get("version") != TEACHER_CACHE_VERSION:
+            raise ValueError(f"version {entry.get('version')!r}, not {TEACHER_CACHE_VERSION}")
+        return Quality(**entry["validation"]), Quality(**entry["test"])
+    except (ValueError, KeyError, TypeError, AttributeError) as error:
+        discard(cache_file, f"not a teacher entry: {type(error).__name__}: {error}", warn)
+        return None
+
+
+def write_teacher_qualities(cache_file: Path, validation: Quality, test: Quality) -> None:
+    entry = {"version": TEACHER_CACHE_VERSION, "validation": asdict(validation), "test": asdict(test)}
+    write_entry(cache_file, json.dumps(entry).encode(), TEACHER_PRODUCERS)

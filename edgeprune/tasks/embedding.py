@@ -9,6 +9,7 @@ import time
 from dataclasses import dataclass
 from functools import cached_property
 from pathlib import Path
+from typing import ClassVar
 
 import torch
 import torch.nn.functional as F
@@ -69,10 +70,7 @@ class EmbeddingTask(TextTask):
     kind = "embedding"
     metric = "cosine"
     model_kinds = (ENCODER,)
-
-    @property
-    def labelled(self) -> bool:
-        return False
+    labelled: ClassVar[bool] = False
 
     @cached_property
     def pooling(self) -> PoolingConfig:

@@ -17,7 +17,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from functools import cached_property
 from pathlib import Path
-from typing import Any
+from typing import Any, ClassVar
 
 import torch
 from torch import nn
@@ -42,6 +42,7 @@ class ModuleTask(Task):
     metric_higher_is_better: bool = True
 
     kind = "module"
+    labelled: ClassVar[bool] = False
 
     def __post_init__(self) -> None:  # no model folder: the module and the tensors are the task
         if self.module is None or self.loss_fn is None or self.metric_fn is None:
@@ -60,10 +61,6 @@ class ModuleTask(Task):
                 raise UserInputError(f"the {split} tensors must share a non-zero first dimension, got {sizes}")
         self.metric = self.metric_name
         self.higher_is_better = self.metric_higher_is_better
-
-    @property
-    def labelled(self) -> bool:
-        return False
 
     @cached_property
     def splits(self) -> DataSplits:
