@@ -59,8 +59,9 @@ def test_int4_embedding_packs_two_values_a_byte_within_half_a_step_of_its_group(
         Int4Embedding.from_embedding(torch.nn.Embedding(4, 3))
 
 
-# litert-int8-static exports and verifies in tests/test_recipe_int8_static.py, litert-int4 below, int4-decoder (a
-# decoder's recipe: on an encoder it is int4-linear) in tests/test_decoder_recipe.py
+# litert-int8-static exports and verifies in tests/test_recipe_int8_static.py, litert-int4 in
+# tests/test_litert_int4.py, int4-decoder (a decoder's recipe: on an encoder it is int4-linear) in
+# tests/test_decoder_recipe.py
 @pytest.mark.parametrize("name", [name for name in RECIPES.names()
                                   if name not in ("litert-int8-static", "litert-int4", "int4-decoder")])
 def test_recipe_exports_an_artifact_that_matches_its_pytorch_source_and_the_size_model(name, tmp_path):
@@ -79,31 +80,6 @@ def test_recipe_exports_an_artifact_that_matches_its_pytorch_source_and_the_size
         else:  # calibrated on the dense export, the size model predicts the pruned one
             predicted = sizes.predict(model, recipe)
             assert abs(predicted - artifact.size_bytes) <= 0.05 * artifact.size_bytes, (predicted, artifact.size_bytes)
-
-
-def test_litert_int4_stores_the_linears_in_4_bits_or_is_refused_in_one_line(tmp_path):
-    from ai_edge_litert import schema_py_generated as schema
-
-    recipe = RECIPES.get("litert-int4")
-    torch.manual_seed(0)
-    model = EncoderClassifier(tiny_bert(hidden_size=64, intermediate_size=128), torch.nn.Linear(64, 5)).eval()
-    inputs = _inputs()
-    artifact = export_prepared(quantize(model, recipe), inputs[0], tmp_path / "int4.tflite", recipe)
-    int8 = export_prepared(quantize(model, "litert-int8"), inputs[0], tmp_path / "int8.tflite",
-                           RECIPES.get("litert-int8"))
-    flatbuffer = schema.Model.GetRootAs(artifact.path.read_bytes(), 0)
-    graph = flatbuffer.Subgraphs(0)
-    types = [graph.Tensors(i).Type() for i in range(graph.TensorsLength())]
-    assert types.count(schema.TensorType.INT4) == 3 * 6 + 1  # q, k, v, out, up, down of 3 layers; the head
-    linear_weights = sum(m.weight.numel() for m in model.encoder.encoder.modules() if isinstance(m, torch.nn.Linear))
-    # half a byte a weight saved, less a 4-byte scale per block of 32 (1/8 byte a weight)
-    assert int8.size_bytes - artifact.size_bytes >= 0.3 * linear_weights
-    check = verify_artifact(model, load_artifact(artifact.path), inputs, 0.0)  # how close, whatever the outcome
-    assert 0.9 < check.min_cosine <= 1.0
-    pruned = prune_heads(_model(), {0: [0, 1]})  # a 16-wide attention output: no multiple of the 32-block
-    with pytest.raises(VerificationError, match="litert-int4 cannot quantize this model: Quantized dimension 16 "
-                                                "in tensor shape .* is not divisible by block size 32"):
-        export_prepared(quantize(pruned, recipe), inputs[0], tmp_path / "pruned.tflite", recipe)
 
 
 def test_smaller_recipes_make_smaller_payloads():

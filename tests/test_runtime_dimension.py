@@ -23,12 +23,13 @@ PROFILE = GOOD.replace("threads = 4\n", "threads = 4\n{runtimes}\n")  # the prof
 def test_the_ladders_merge_by_fidelity_each_keeping_its_order():
     merged = fit_ladder(("executorch", "litert"))
     assert merged == ("litert-fp16", "int8-linear", "int8", "litert-int8", "int8-emb4", "int4-decoder", "int4-linear",
-                      "int4")
+                      "litert-int4", "int4")
     assert fit_ladder(("litert", "executorch"))[:4] == ("litert-fp16", "int8-linear", "litert-int8", "int8")
     assert fit_ladder(("executorch",)) == ("int8-linear", "int8", "int8-emb4", "int4-decoder", "int4-linear", "int4")
     # an encoder has no output layer of its own: the recipe that differs only there is left out
     assert fit_ladder(("executorch",), output_layer=False) == ("int8-linear", "int8", "int8-emb4", "int4-linear",
                                                                "int4")
+    assert fit_ladder(("litert",), output_layer=False) == ("litert-fp16", "litert-int8")  # litert-int4: decoders
     assert fit_ladder(("executorch", "litert"), ("int4", "litert-int8")) == ("int4", "litert-int8")  # as named
     with pytest.raises(UserInputError, match="recipe 'int8' builds executorch artifacts; this fit's runtimes are "
                                              "litert"):

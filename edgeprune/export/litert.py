@@ -1,8 +1,10 @@
 """LiteRT: `litert-torch` converts to `.tflite`, `ai-edge-quantizer` quantizes the flatbuffer (fp16, dynamic
-int8) or the converter turns a PT2E-calibrated module's quantize/dequantize pairs into int8 ops (static
-int8), and the `ai-edge-litert` interpreter (XNNPACK delegate) runs it. Integer inputs become int32 in the converted
-graph, so the runner casts them."""
+int8, 4-bit blocks: their linears split into symmetric blocks and offsets first, edgeprune/quantize/block_offsets.py,
+and their codes made exact afterwards, edgeprune/export/litert_blocks.py) or the converter turns a PT2E-calibrated
+module's quantize/dequantize pairs into int8 ops (static int8), and the `ai-edge-litert` interpreter (XNNPACK
+delegate) runs it. Integer inputs become int32 in the converted graph, so the runner casts them."""
 
+import copy
 import json
 import sys
 import tempfile
@@ -16,6 +18,7 @@ from torch import nn
 
 from edgeprune.errors import VerificationError
 from edgeprune.export.base import DeviceRuntime, RunArtifact
+from edgeprune.export.litert_blocks import rewrite_block_codes
 from edgeprune.export.litert_generator import (
     METADATA_NAME,
     PREFILL,
@@ -27,6 +30,8 @@ from edgeprune.export.litert_generator import (
 )
 from edgeprune.export.program_facts import ProgramFacts, RuntimeInfo, TensorSpec, package_version
 from edgeprune.progress import library_output_hidden
+from edgeprune.quantize.block_offsets import split_block_offsets
+from edgeprune.quantize.formats import output_layer
 from edgeprune.quantize.recipes import Recipe
 from edgeprune.runtimes.litert import LITERT
 
@@ -90,6 +95,9 @@ class LiteRTRuntime(DeviceRuntime):
     def lower(self, module: nn.Module, example_inputs: tuple[torch.Tensor, ...], recipe: Recipe) -> bytes:
         generator = hasattr(module, "program_spec") and module.program_spec(example_inputs) is not None
         import litert_torch
+
+        if recipe.litert_quantization == "dynamic-int4":
+            module = with_block_offsets(module, recipe.group_size)
 
         # the converter and the quantizer print progress to stdout, which belongs to edgeprune's results
         with tempfile.TemporaryDirectory(prefix="edgeprune-litert-") as scratch, redirect_stdout(sys.stderr):
@@ -190,6 +198,15 @@ def read_op_codes(data: bytes) -> tuple[int, list[str]]:
     return int(model.Version()), sorted(names)
 
 
+def with_block_offsets(module: nn.Module, group: int) -> nn.Module:
+    """A copy of `module` whose linears (all but a language model's output layer, which stays at 8 bits: at 4 it
+    costs a decoder most of its quality) are asymmetric 4-bit blocks split into a symmetric part and offsets."""
+    split = copy.deepcopy(module)
+    head = output_layer(split)
+    split_block_offsets(split, group, skip=[head] if head is not None else [])
+    return split
+
+
 def _quantize(float_path: Path, recipe: Recipe) -> bytes:
     from ai_edge_quantizer import algorithm_manager, qtyping, quantizer
     from ai_edge_quantizer import recipe as aeq_recipes
@@ -198,16 +215,21 @@ def _quantize(float_path: Path, recipe: Recipe) -> bytes:
     if recipe.litert_quantization == "dynamic-int8":
         tool.load_quantization_recipe(aeq_recipes.dynamic_wi8_afp32())
     elif recipe.litert_quantization == "dynamic-int4":
-        # int8 per channel for every weight, then 4-bit blocks of 32 for the linears (a later rule wins for its op)
-        int4_linears = [dict(rule, operation="FULLY_CONNECTED") for rule in aeq_recipes.dynamic_wi4b32_afp32()]
-        tool.load_quantization_recipe(aeq_recipes.dynamic_wi8_afp32() + int4_linears)
+        # int8 per channel for every weight; 4-bit blocks of 32 for the symmetric parts of the split linears; their
+        # offsets as they are, float (a later rule wins): a rows × blocks matrix, 1/8 of the 4-bit weight's bytes,
+        # whose int8 dynamic FULLY_CONNECTED made a SmolLM2 decode step 10 % slower than float (docs/FINDINGS.md).
+        # An op's scope is its output's name, the module path with each module's class: "...BlockOffsetLinear_q_proj"
+        # and, for the offsets, ".../torch.nn.modules.linear.Linear_block_offsets"
+        rules = aeq_recipes.dynamic_wi8_afp32()
+        split = [dict(rule, regex=r"\.BlockOffsetLinear_", operation="FULLY_CONNECTED")
+                 for rule in aeq_recipes.dynamic_wi4b32_afp32()]
+        offsets = [dict(rule, regex=r"\.Linear_block_offsets\b", operation="FULLY_CONNECTED",
+                        algorithm_key=algorithm_manager.AlgorithmName.NO_QUANTIZE) for rule in rules]
+        tool.load_quantization_recipe(rules + split + offsets)
     else:
         tool.add_weight_only_config(".*", qtyping.TFLOperationName.ALL_SUPPORTED, 16,
                                     algorithm_key=algorithm_manager.AlgorithmName.FLOAT_CASTING)
-    try:
-        return tool.quantize().quantized_model
-    except ValueError as error:  # e.g. a linear whose input width is no multiple of the 4-bit block (32)
-        if recipe.litert_quantization != "dynamic-int4":
-            raise
-        cause = " ".join(str(error).split()).rsplit("Error: ", 1)[-1]
-        raise VerificationError(f"{recipe.name} cannot quantize this model: {cause}") from None
+    quantized = tool.quantize().quantized_model
+    if recipe.litert_quantization != "dynamic-int4":
+        return quantized
+    return rewrite_block_codes(quantized, float_path.read_bytes())[0]

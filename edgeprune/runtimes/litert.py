@@ -11,7 +11,7 @@ LITERT = RuntimeSpec(
     extra="litert",
     implementation="edgeprune.export.litert:LiteRTRuntime",
     fp32_recipe="litert-fp32",
-    fit_ladder=("litert-fp16", "litert-int8"),
+    fit_ladder=("litert-fp16", "litert-int8", "litert-int4"),  # litert-int4: decoders only (its output_layer)
     # fp16 and dynamic-range int8 quantize the converted flatbuffer (ai-edge-quantizer), so their PyTorch source
     # stays fp32 (ai-edge-quantizer's calibrated static_wi8_ai8 was rejected on MiniLM: docs/FINDINGS.md)
     quantizes_in_pytorch=False,
@@ -20,7 +20,7 @@ LITERT = RuntimeSpec(
     # it fails with "'stablehlo.uniform_dequantize' op operand #0 must be ... quantized values" (MiniLM)
     folds_quantized_weights=False,
     row_parameter_bytes=12,  # a per-channel scale plus an int64 zero point per row
-    group_scale_bytes=4,
+    group_scale_bytes=6,  # litert-int4: an fp16 scale and an fp32 offset per block (quantize/block_offsets.py)
     native_tool="benchmark_model",
     setup_builds_native_tool=False,  # TensorFlow's prebuilt benchmark_model, downloaded by the user
     board_packages=BoardPackages(("ai-edge-litert", "numpy"), imports="import ai_edge_litert.interpreter",

@@ -1,0 +1,110 @@
+"""Exact 4-bit codes for LiteRT's blockwise linears whose float weights already lie on a 4-bit grid.
+
+ai-edge-quantizer's symmetric blockwise scheme takes a block's scale as max|w| / 7 and rounds every weight to it
+(ai_edge_quantizer/algorithms/uniform_quantize/uniform_quantize_tensor.py). The symmetric part of an asymmetric
+block (edgeprune/quantize/block_offsets.py) holds d·k with k in −8..7 and its minimum at −8·d: its exact codes are
+k at the scale d = max|w| / 8, which that rule never picks. So after quantizing, every blockwise 4-bit weight of a
+FULLY_CONNECTED is rewritten from its float original: codes k, scale d (rounded to bfloat16, as the quantizer
+stores its own: XNNPACK's blockwise kernels read bf16 scales). The byte layout stays the quantizer's: signed
+codes two to a byte, the first in the low nibble, one fp16 scale per block, rows × blocks.
+
+A weight the converter folded with a neighbour (MiniLM's embedding LayerNorm scale, multiplied into the query
+weight) is no longer on the grid: it keeps the quantizer's own symmetric codes, and the artifact's verification
+judges the result.
+"""
+
+import ml_dtypes
+import numpy as np
+
+from edgeprune.errors import VerificationError
+
+BLOCK = 32  # ai-edge-quantizer's dynamic_wi4b32: 32 input columns per scale
+GRID_TOLERANCE = 1e-5  # worst |code·d − w| relative to the block's d: float rounding of d·k, nothing more
+
+
+def rewrite_block_codes(quantized: bytes, float_model: bytes) -> tuple[bytes, int, int]:
+    """`quantized` (ai-edge-quantizer's output for `float_model`) with every INT4 blockwise FULLY_CONNECTED weight
+    whose float original lies on a 4-bit grid re-coded exactly; how many weights were rewritten and how many were
+    off the grid (left as the quantizer coded them). Ops are matched by position: the quantizer keeps every
+    subgraph's operators in order and only adds tensors and buffers."""
+    from ai_edge_litert import schema_py_generated as schema
+
+    data = bytearray(quantized)
+    out_model = schema.Model.GetRootAs(data, 0)
+    in_model = schema.Model.GetRootAs(float_model, 0)
+    if out_model.SubgraphsLength() != in_model.SubgraphsLength():
+        raise VerificationError("the quantized model has other subgraphs than its float source")
+    done: set[int] = set()  # buffers, which the prefill and decode subgraphs share
+    off_grid = 0
+    for index in range(out_model.SubgraphsLength()):
+        graph, source = out_model.Subgraphs(index), in_model.Subgraphs(index)
+        if graph.OperatorsLength() != source.OperatorsLength():
+            raise VerificationError("the quantizer changed the operators of its float source")
+        for position in range(graph.OperatorsLength()):
+            operator = graph.Operators(position)
+            code = out_model.OperatorCodes(operator.OpcodeIndex())
+            if max(code.BuiltinCode(), code.DeprecatedBuiltinCode()) != schema.BuiltinOperator.FULLY_CONNECTED:
+                continue
+            weight = graph.Tensors(operator.Inputs(1))
+            if weight.Type() != schema.TensorType.INT4 or weight.Buffer() in done:
+                continue
+            done.add(weight.Buffer())
+            original = source.Tensors(source.Operators(position).Inputs(1))
+            shape = tuple(weight.Shape(i) for i in range(weight.ShapeLength()))
+            floats = np.frombuffer(tensor_bytes(in_model, float_model, original), np.float32)
+            try:
+                codes, scales = exact_codes(floats.reshape(shape), weight.Name().decode(errors="replace"))
+            except VerificationError:
+                off_grid += 1
+                continue
+            details = weight.Quantization().Details()
+            blockwise = schema.BlockwiseQuantization()
+            blockwise.Init(details.Bytes, details.Pos)
+            write_tensor(out_model, data, weight, pack_int4(codes))
+            write_tensor(out_model, data, graph.Tensors(blockwise.Scales()),
+                         scales.astype(ml_dtypes.bfloat16).astype(np.float16).tobytes())
+    return bytes(data), len(done) - off_grid, off_grid
+
+
+def exact_codes(weight: np.ndarray, name: str) -> tuple[np.ndarray, np.ndarray]:
+    """Codes (−8..7, int8) and scales (rows × blocks) that represent `weight` [rows, cols] exactly."""
+    rows, cols = weight.shape
+    blocks = weight.reshape(rows, cols // BLOCK, BLOCK)
+    scales = np.abs(blocks).max(-1) / 8
+    safe = np.where(scales > 0, scales, 1.0).astype(np.float32)
+    codes = np.clip(np.rint(blocks / safe[..., None]), -8, 7)
+    error = np.abs(codes * safe[..., None] - blocks).max(-1) / safe
+    if error.max(initial=0.0) > GRID_TOLERANCE:
+        raise VerificationError(f"litert-int4: weight {name!r} is not on a 4-bit grid of blocks of {BLOCK} (off by "
+                                f"{error.max():.3g} of a step)")
+    return codes.astype(np.int8).reshape(rows, cols), safe
+
+
+def pack_int4(codes: np.ndarray) -> bytes:
+    """Signed 4-bit codes two to a byte, the first in the low nibble (TFLite's INT4 layout)."""
+    flat = codes.reshape(-1).astype(np.uint8) & 0xF
+    if flat.size % 2:
+        flat = np.append(flat, np.uint8(0))
+    return (flat[0::2] | (flat[1::2] << 4)).astype(np.uint8).tobytes()
+
+
+def buffer_span(model, data: bytes | bytearray, tensor) -> tuple[int, int]:  # noqa: ANN001 - flatbuffer tables
+    """Where `tensor`'s bytes lie in the file: past the flatbuffer at an offset (large models), or inside it."""
+    buffer = model.Buffers(tensor.Buffer())
+    if buffer.Offset() > 1:
+        return buffer.Offset(), buffer.Size()
+    inline = buffer.DataAsNumpy()  # a view into `data`
+    start = inline.__array_interface__["data"][0] - np.frombuffer(data, np.uint8).__array_interface__["data"][0]
+    return start, inline.size
+
+
+def tensor_bytes(model, data: bytes | bytearray, tensor) -> bytes:  # noqa: ANN001 - flatbuffer tables
+    start, size = buffer_span(model, data, tensor)
+    return bytes(data[start:start + size])
+
+
+def write_tensor(model, data: bytearray, tensor, payload: bytes) -> None:  # noqa: ANN001 - flatbuffer tables
+    start, size = buffer_span(model, data, tensor)
+    if size != len(payload):
+        raise VerificationError(f"tensor {tensor.Name()!r} holds {size} bytes, not the {len(payload)} rewritten")
+    data[start:start + size] = payload

@@ -1,0 +1,83 @@
+"""Asymmetric 4-bit blocks on a runtime whose kernels are symmetric.
+
+A block of `group` weights quantized asymmetrically (min/max, 16 levels: w = d·q + lo, q in 0..15) is the same
+matrix as a symmetric 4-bit block plus one offset per block:
+
+    w = d·(q − 8) + (lo + 8·d)        so        W·x = W_sym·x + C·(block sums of x)
+
+where W_sym holds d·k with k = q − 8 in −8..7 (what a symmetric int4 kernel with scale d stores) and C, one value
+per row and block, multiplies the sum of each block of `group` inputs. XNNPACK's blockwise 4-bit kernels, which
+LiteRT runs, have no zero points (ai-edge-quantizer refuses asymmetric blockwise weights for FULLY_CONNECTED), so
+`BlockOffsetLinear` carries the offsets as a small linear of its own over the block sums.
+
+Symmetric blocks cost SmolLM2-135M +32 % perplexity in PyTorch; asymmetric ones cost it nothing, because its weights
+come from a Q4_1 GGUF, i.e. already lie on an asymmetric grid of blocks of 32 (docs/FINDINGS.md, 2026-12-06, third
+session). On any other model they are the better 4-bit grid of the two.
+"""
+
+from collections.abc import Collection
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+LEVELS = 15  # 4 bits: codes 0..15, i.e. 15 steps between a block's minimum and maximum
+SHIFT = 8  # q − 8 lies in −8..7, a signed 4-bit code
+
+
+class BlockOffsetLinear(nn.Linear):
+    """A linear whose weight is the symmetric part d·(q − 8) of an asymmetric 4-bit quantization (blocks of `group`
+    input columns), and whose child `block_offsets` (rows × blocks) adds each block's offset lo + 8·d times the sum
+    of that block's inputs. Still an nn.Linear, so model adapters and surgery see the layer they know."""
+
+    def __init__(self, linear: nn.Linear, group: int) -> None:
+        rows, cols = linear.weight.shape
+        if cols % group:
+            raise ValueError(f"a linear of {cols} inputs has no whole blocks of {group}")
+        super().__init__(cols, rows, bias=linear.bias is not None, device=linear.weight.device)
+        symmetric, offsets = asymmetric_blocks(linear.weight.detach().float(), group)
+        self.group = group
+        self.weight = nn.Parameter(symmetric)
+        if linear.bias is not None:
+            self.bias = nn.Parameter(linear.bias.detach().float().clone())
+        self.block_offsets = nn.Linear(cols // group, rows, bias=False, device=linear.weight.device)
+        self.block_offsets.weight = nn.Parameter(offsets)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        block_sums = x.unflatten(-1, (-1, self.group)).sum(-1)
+        return F.linear(x, self.weight, self.bias) + self.block_offsets(block_sums)
+
+    def dense_weight(self) -> torch.Tensor:
+        """The quantized weight this layer multiplies by: the symmetric part plus each block's offset."""
+        return self.weight + self.block_offsets.weight.repeat_interleave(self.group, dim=1)
+
+
+def asymmetric_blocks(weight: torch.Tensor, group: int) -> tuple[torch.Tensor, torch.Tensor]:
+    """(W_sym, C) of `weight` [rows, cols] quantized to 4 bits in blocks of `group` columns, min/max per block.
+
+    Every block of W_sym holds d·k with k in −8..7 and its minimum at exactly −8·d (the block's minimum maps to
+    q = 0), so a symmetric quantizer that takes d = max|w| / 8 recovers its codes exactly; a constant block has
+    d = 0 (W_sym 0, its value in C)."""
+    rows, cols = weight.shape
+    blocks = weight.reshape(rows, cols // group, group)
+    low, high = blocks.amin(-1), blocks.amax(-1)
+    step = (high - low) / LEVELS
+    safe = torch.where(step > 0, step, torch.ones_like(step))
+    codes = torch.round((blocks - low[..., None]) / safe[..., None]).clamp(0, LEVELS)
+    symmetric = (step[..., None] * (codes - SHIFT)).reshape(rows, cols)
+    return symmetric, low + SHIFT * step
+
+
+def split_block_offsets(model: nn.Module, group: int, skip: Collection[nn.Module] = ()) -> int:
+    """Replace every nn.Linear of `model` whose input width `group` divides, all but `skip`, by its
+    BlockOffsetLinear (in place; the model's weights become their 4-bit asymmetric quantization). Returns how many
+    were replaced; the others stay as they are (a runtime stores them at 8 bits)."""
+    skipped = {id(module) for module in skip}
+    replaced = 0
+    for parent in list(model.modules()):
+        for name, child in list(parent.named_children()):
+            if (type(child) is nn.Linear and id(child) not in skipped  # noqa: E721 - not a subclass already split
+                    and child.in_features % group == 0):
+                setattr(parent, name, BlockOffsetLinear(child, group))
+                replaced += 1
+    return replaced
