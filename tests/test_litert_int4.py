@@ -30,13 +30,15 @@ def on_grid(model: torch.nn.Module) -> torch.nn.Module:
     return model
 
 
-def int4_weights(path) -> list[tuple[int, ...]]:
+def int4_weights(path, kind: str = "INT4") -> list[tuple[int, ...]]:
+    """The shapes of the first subgraph's tensors of `kind` (a TFLite tensor type)."""
     from ai_edge_litert import schema_py_generated as schema
 
     model = schema.Model.GetRootAs(path.read_bytes(), 0)
     graph = model.Subgraphs(0)
     tensors = [graph.Tensors(i) for i in range(graph.TensorsLength())]
-    return [tuple(t.Shape(i) for i in range(t.ShapeLength())) for t in tensors if t.Type() == schema.TensorType.INT4]
+    wanted = getattr(schema.TensorType, kind)
+    return [tuple(t.Shape(i) for i in range(t.ShapeLength())) for t in tensors if t.Type() == wanted]
 
 
 @torch.no_grad()
@@ -155,3 +157,18 @@ def stored_int4_weights(path) -> list[torch.Tensor]:
         scales = np.frombuffer(tensor_bytes(model, data, graph.Tensors(blockwise.Scales())), np.float16)
         weights.append(torch.from_numpy((codes * scales.reshape(rows, -1, 1).astype(np.float32)).reshape(rows, cols)))
     return weights
+
+
+def test_a_split_linear_off_its_grid_after_conversion_is_stored_at_8_bits(tmp_path):
+    """A weight the converter changed (folded with a neighbouring constant) is no longer on its grid: its exact codes
+    do not exist, so it is quantized again at int8 per channel instead of keeping the quantizer's re-rounded ones."""
+    torch.manual_seed(0)
+    model = EncoderClassifier(tiny_bert(hidden_size=64, intermediate_size=128), torch.nn.Linear(64, 5)).eval()
+    split_block_offsets(model, GROUP)
+    query = model.encoder.encoder.layer[1].attention.self.query
+    with torch.no_grad():
+        query.weight.add_(1e-3 * torch.randn_like(query.weight))  # off the grid, as a folded constant leaves it
+    artifact = export(model, _inputs()[0], tmp_path / "int4.tflite", "litert-int4", verify_on=_inputs())
+    assert len(int4_weights(artifact.path)) == 3 * 6 + 1 - 1
+    assert int4_weights(artifact.path, "INT8").count((64, 64)) == 1  # that query weight
+    assert artifact.verification.min_cosine >= 0.999

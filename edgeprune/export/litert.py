@@ -6,9 +6,10 @@ delegate) runs it. Integer inputs become int32 in the converted graph, so the ru
 
 import copy
 import json
+import re
 import sys
 import tempfile
-from collections.abc import Iterable
+from collections.abc import Iterable, Sequence
 from contextlib import redirect_stdout
 from pathlib import Path
 
@@ -211,25 +212,40 @@ def _quantize(float_path: Path, recipe: Recipe) -> bytes:
     from ai_edge_quantizer import algorithm_manager, qtyping, quantizer
     from ai_edge_quantizer import recipe as aeq_recipes
 
+    if recipe.litert_quantization == "dynamic-int4":
+        return _quantize_blocks(float_path)
     tool = quantizer.Quantizer(str(float_path))
     if recipe.litert_quantization == "dynamic-int8":
         tool.load_quantization_recipe(aeq_recipes.dynamic_wi8_afp32())
-    elif recipe.litert_quantization == "dynamic-int4":
-        # int8 per channel for every weight; 4-bit blocks of 32 for the symmetric parts of the split linears; their
-        # offsets as they are, float (a later rule wins): a rows × blocks matrix, 1/8 of the 4-bit weight's bytes,
-        # whose int8 dynamic FULLY_CONNECTED made a SmolLM2 decode step 10 % slower than float (docs/FINDINGS.md).
-        # An op's scope is its output's name, the module path with each module's class: "...BlockOffsetLinear_q_proj"
-        # and, for the offsets, ".../torch.nn.modules.linear.Linear_block_offsets"
-        rules = aeq_recipes.dynamic_wi8_afp32()
-        split = [dict(rule, regex=r"\.BlockOffsetLinear_", operation="FULLY_CONNECTED")
-                 for rule in aeq_recipes.dynamic_wi4b32_afp32()]
-        offsets = [dict(rule, regex=r"\.Linear_block_offsets\b", operation="FULLY_CONNECTED",
-                        algorithm_key=algorithm_manager.AlgorithmName.NO_QUANTIZE) for rule in rules]
-        tool.load_quantization_recipe(rules + split + offsets)
     else:
         tool.add_weight_only_config(".*", qtyping.TFLOperationName.ALL_SUPPORTED, 16,
                                     algorithm_key=algorithm_manager.AlgorithmName.FLOAT_CASTING)
-    quantized = tool.quantize().quantized_model
-    if recipe.litert_quantization != "dynamic-int4":
-        return quantized
-    return rewrite_block_codes(quantized, float_path.read_bytes())[0]
+    return tool.quantize().quantized_model
+
+
+def _quantize_blocks(float_path: Path, at_8_bits: Sequence[str] = ()) -> bytes:
+    """litert-int4's quantization of a converted model whose linears were split (`with_block_offsets`): int8 per
+    channel for every weight; 4-bit blocks of 32 for the symmetric parts, their codes then made exact; the offsets
+    as they are, float (a later rule wins): a rows × blocks matrix, 1/8 of the 4-bit weight's bytes, whose int8
+    dynamic FULLY_CONNECTED made a SmolLM2 decode step 10 % slower than float (docs/FINDINGS.md). A symmetric part
+    the converter folded off its grid is quantized again at int8 (`at_8_bits`: op scopes)."""
+    from ai_edge_quantizer import algorithm_manager, quantizer
+    from ai_edge_quantizer import recipe as aeq_recipes
+
+    # an op's scope is its output's name, the module path with each module's class: "...BlockOffsetLinear_q_proj;"
+    # and, for the offsets, ".../torch.nn.modules.linear.Linear_block_offsets;"
+    int8 = aeq_recipes.dynamic_wi8_afp32()
+    split = [dict(rule, regex=r"\.BlockOffsetLinear_", operation="FULLY_CONNECTED")
+             for rule in aeq_recipes.dynamic_wi4b32_afp32()]
+    offsets = [dict(rule, regex=r"\.Linear_block_offsets;", operation="FULLY_CONNECTED",
+                    algorithm_key=algorithm_manager.AlgorithmName.NO_QUANTIZE) for rule in int8]
+    folded = [dict(rule, regex=f"^{re.escape(scope)}$", operation="FULLY_CONNECTED") for scope in at_8_bits
+              for rule in int8]
+    tool = quantizer.Quantizer(str(float_path))
+    tool.load_quantization_recipe(int8 + split + offsets + folded)
+    data, _, off_grid = rewrite_block_codes(tool.quantize().quantized_model, float_path.read_bytes())
+    if off_grid and not at_8_bits:
+        return _quantize_blocks(float_path, off_grid)
+    if off_grid:
+        raise VerificationError(f"litert-int4: {len(off_grid)} linears stayed off their 4-bit grid at 8 bits")
+    return data

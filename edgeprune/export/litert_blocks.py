@@ -9,8 +9,7 @@ stores its own: XNNPACK's blockwise kernels read bf16 scales). The byte layout s
 codes two to a byte, the first in the low nibble, one fp16 scale per block, rows × blocks.
 
 A weight the converter folded with a neighbour (MiniLM's embedding LayerNorm scale, multiplied into the query
-weight) is no longer on the grid: it keeps the quantizer's own symmetric codes, and the artifact's verification
-judges the result.
+weight) is no longer on the grid: its op's scope is returned, for the caller to quantize it another way.
 """
 
 import ml_dtypes
@@ -22,11 +21,12 @@ BLOCK = 32  # ai-edge-quantizer's dynamic_wi4b32: 32 input columns per scale
 GRID_TOLERANCE = 1e-5  # worst |code·d − w| relative to the block's d: float rounding of d·k, nothing more
 
 
-def rewrite_block_codes(quantized: bytes, float_model: bytes) -> tuple[bytes, int, int]:
+def rewrite_block_codes(quantized: bytes, float_model: bytes) -> tuple[bytes, int, list[str]]:
     """`quantized` (ai-edge-quantizer's output for `float_model`) with every INT4 blockwise FULLY_CONNECTED weight
-    whose float original lies on a 4-bit grid re-coded exactly; how many weights were rewritten and how many were
-    off the grid (left as the quantizer coded them). Ops are matched by position: the quantizer keeps every
-    subgraph's operators in order and only adds tensors and buffers."""
+    whose float original lies on a 4-bit grid re-coded exactly; how many weights were rewritten; and the scopes (as
+    ai-edge-quantizer names them) of the ops whose weights were off the grid, left as the quantizer coded them.
+    FULLY_CONNECTED ops are paired in order: the quantizer keeps a subgraph's operators in order and adds none of
+    them (only DEQUANTIZE ops, tensors and buffers)."""
     from ai_edge_litert import schema_py_generated as schema
 
     data = bytearray(quantized)
@@ -35,27 +35,24 @@ def rewrite_block_codes(quantized: bytes, float_model: bytes) -> tuple[bytes, in
     if out_model.SubgraphsLength() != in_model.SubgraphsLength():
         raise VerificationError("the quantized model has other subgraphs than its float source")
     done: set[int] = set()  # buffers, which the prefill and decode subgraphs share
-    off_grid = 0
+    off_grid: list[str] = []
     for index in range(out_model.SubgraphsLength()):
         graph, source = out_model.Subgraphs(index), in_model.Subgraphs(index)
-        if graph.OperatorsLength() != source.OperatorsLength():
-            raise VerificationError("the quantizer changed the operators of its float source")
-        for position in range(graph.OperatorsLength()):
-            operator = graph.Operators(position)
-            code = out_model.OperatorCodes(operator.OpcodeIndex())
-            if max(code.BuiltinCode(), code.DeprecatedBuiltinCode()) != schema.BuiltinOperator.FULLY_CONNECTED:
-                continue
+        quantized_linears, float_linears = fully_connected(out_model, graph), fully_connected(in_model, source)
+        if len(quantized_linears) != len(float_linears):
+            raise VerificationError("the quantizer changed the linears of its float source")
+        for operator, original_operator in zip(quantized_linears, float_linears, strict=True):
             weight = graph.Tensors(operator.Inputs(1))
             if weight.Type() != schema.TensorType.INT4 or weight.Buffer() in done:
                 continue
             done.add(weight.Buffer())
-            original = source.Tensors(source.Operators(position).Inputs(1))
+            original = source.Tensors(original_operator.Inputs(1))
             shape = tuple(weight.Shape(i) for i in range(weight.ShapeLength()))
             floats = np.frombuffer(tensor_bytes(in_model, float_model, original), np.float32)
             try:
                 codes, scales = exact_codes(floats.reshape(shape), weight.Name().decode(errors="replace"))
             except VerificationError:
-                off_grid += 1
+                off_grid.append(op_scope(graph, operator))
                 continue
             details = weight.Quantization().Details()
             blockwise = schema.BlockwiseQuantization()
@@ -63,7 +60,27 @@ def rewrite_block_codes(quantized: bytes, float_model: bytes) -> tuple[bytes, in
             write_tensor(out_model, data, weight, pack_int4(codes))
             write_tensor(out_model, data, graph.Tensors(blockwise.Scales()),
                          scales.astype(ml_dtypes.bfloat16).astype(np.float16).tobytes())
-    return bytes(data), len(done) - off_grid, off_grid
+    return bytes(data), len(done) - len(off_grid), off_grid
+
+
+def fully_connected(model, graph) -> list:  # noqa: ANN001 - flatbuffer tables
+    """`graph`'s FULLY_CONNECTED operators, in order."""
+    from ai_edge_litert import schema_py_generated as schema
+
+    found = []
+    for position in range(graph.OperatorsLength()):
+        operator = graph.Operators(position)
+        code = model.OperatorCodes(operator.OpcodeIndex())
+        if max(code.BuiltinCode(), code.DeprecatedBuiltinCode()) == schema.BuiltinOperator.FULLY_CONNECTED:
+            found.append(operator)
+    return found
+
+
+def op_scope(graph, operator) -> str:  # noqa: ANN001 - flatbuffer tables
+    """The name ai-edge-quantizer's rules match an op by: its outputs' names, each followed by ";"."""
+    names = [graph.Tensors(operator.Outputs(i)).Name().decode(errors="replace")
+             for i in range(operator.OutputsLength()) if operator.Outputs(i) >= 0]
+    return "".join(f"{name};" for name in names if name)
 
 
 def exact_codes(weight: np.ndarray, name: str) -> tuple[np.ndarray, np.ndarray]:
