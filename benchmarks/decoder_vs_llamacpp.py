@@ -10,8 +10,10 @@ Rows (engine, weights, file MB, prefill tokens/s at a 128-token prompt (pp128), 
 2. llama.cpp Q8_0: the dequantized HF folder of `smollm2-bbc` converted by llama.cpp's `convert_hf_to_gguf.py`.
 3. edgeprune dense: the teacher exported with the recipes and attention paths of DENSE_ROWS (ExecuTorch fp32;
    int4-linear with the portable and the fast attention; int4-decoder, int4-linear with an int8 output layer;
-   LiteRT int8 and fp16, whose prefill and decode signatures take the cache as state), or those `--rows` names.
-4. edgeprune fitted: `--fitted`, a `.pte` that `edgeprune fit --task smollm2-bbc ...` shipped (skipped without it).
+   LiteRT int4 (asymmetric blocks of 32, the output layer at int8), int8 and fp16, whose prefill and decode
+   signatures take the cache as state), or those `--rows` names.
+4. edgeprune fitted: `--fitted`, a `.pte` or `.tflite` that `edgeprune fit --task smollm2-bbc ...` shipped (skipped
+   without it).
 
 edgeprune speed is `benchmark_generation` (a fresh process: prefill of a 128-token prompt, decode at depth 128);
 its perplexity is `task.runtime_quality` through the program on the test split (blocks of 128). llama.cpp speed is
@@ -49,7 +51,7 @@ Q8_NAME = "SmolLM2-135M-Instruct.Q8_0.gguf"
 TOKENS = 128  # prompt tokens (pp) and generated tokens (tg), and the perplexity context
 # the dense edgeprune rows: (recipe, attention path of the program: generation/fast_attention.py)
 DENSE_ROWS = (("fp32", "fast"), ("int4-linear", "portable"), ("int4-linear", "fast"), ("int4-decoder", "fast"),
-              ("litert-int8", "portable"), ("litert-fp16", "portable"))
+              ("litert-int4", "portable"), ("litert-int8", "portable"), ("litert-fp16", "portable"))
 PPL_LINE = re.compile(r"Final estimate: PPL = ([0-9.]+)(?: \+/- ([0-9.]+))?")
 
 
@@ -215,7 +217,8 @@ def file_mb(path: Path) -> float:
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--threads", type=int, default=2, help="threads for every engine")
-    parser.add_argument("--fitted", type=Path, help="a model.pte that `edgeprune fit --task smollm2-bbc` shipped")
+    parser.add_argument("--fitted", type=Path,
+                        help="a model.pte or model.tflite that `edgeprune fit --task smollm2-bbc` shipped")
     parser.add_argument("--rows", help="the dense edgeprune rows to run, RECIPE/ATTENTION comma-separated (default: "
                         "all of " + ",".join(f"{r}/{a}" for r, a in DENSE_ROWS) + ")")
     parser.add_argument("--skip-llamacpp", action="store_true", help="edgeprune's rows only (no build, no ratios)")

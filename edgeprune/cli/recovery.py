@@ -18,7 +18,9 @@ PRECISIONS = ("auto", "float32", "bfloat16")  # of edgeprune.recovery.precision.
 OVERRIDES = {"max_steps": int, "max_seconds": float, "max_epochs": int, "learning_rate": float,
              "temperature": float, "task_weight": float, "kd_weight": float, "embedding_weight": float,
              "hidden_weight": float, "warmup_steps": int, "eval_every": int, "patience": int, "seed": int,
-             "precision": PRECISIONS}
+             "precision": PRECISIONS, "quantization_aware": ("litert-int4",)}
+OVERRIDE_HELP = {"quantization_aware": "train the student through this recipe's 4-bit grid and leave it on it, so that "
+                 "the recipe's artifact holds the recovered weights exactly (default: float weights)"}
 
 
 def _defaults():  # noqa: ANN202 - a DistillConfig
@@ -32,7 +34,7 @@ def override_options(command: Callable) -> Callable:
     for field, kind in reversed(OVERRIDES.items()):
         parse = click.Choice(kind) if isinstance(kind, tuple) else finite if kind is float else kind
         command = click.option(f"--{field.replace('_', '-')}", type=parse, default=None,
-                               help=f"(default: {getattr(_defaults(), field)})")(command)
+                               help=OVERRIDE_HELP.get(field, f"(default: {getattr(_defaults(), field)})"))(command)
     return command
 
 

@@ -109,7 +109,7 @@ for _recipe in (
 # On SmolLM2-135M, whose weights come from a Q4_1 GGUF and so lie on such a grid, it verifies at cosine 0.995 with
 # +2 % perplexity over fp32 and decodes 1.5x litert-int8 (ai-edge-quantizer's own symmetric blocks: cosine 0.90,
 # +37 %). A decoder's rung (hence `output_layer`: an encoder's ladder leaves it out); on MiniLM, whose weights lie on
-# no grid, verification refuses it (docs/FINDINGS.md)
+# no grid, verification refuses it (cosine 0.959; ai-edge-quantizer's symmetric blocks 0.944; docs/FINDINGS.md)
 LITERT_INT4 = Recipe("litert-int4", "litert", "int4", "int8", 0.99,
                      "LiteRT 4-bit linear weights, asymmetric blocks of 32 (a symmetric part and per-block offsets), "
                      "with int8 activations quantized at run time; the output layer and the rest int8 per channel",

@@ -38,6 +38,9 @@ class DistillConfig:
     # the student's training arithmetic: float32, bfloat16 (autocast, float32 weights and optimizer state), or auto:
     # bfloat16 where the hardware computes in it natively (`edgeprune.recovery.precision`)
     precision: str = "auto"
+    # a recipe whose 4-bit grid the student trains through (straight-through) and is left on, so that its artifact
+    # holds the recovered weights exactly (edgeprune/recovery/weight_grid.py): litert-int4; None: float weights
+    quantization_aware: str | None = None
     eval_every: int = 50  # optimizer steps between validation passes
     patience: int = 3  # validation passes without improvement before stopping; 0 = never stop early
     seed: int = 0
@@ -71,6 +74,10 @@ class DistillConfig:
                                  f"got {self.precision!r}")
         if not self.max_grad_norm > 0:
             raise UserInputError(f"distill config: max_grad_norm must be > 0, got {self.max_grad_norm}")
+        if self.quantization_aware is not None:
+            from edgeprune.recovery.weight_grid import grid_of
+
+            grid_of(self.quantization_aware)  # a recipe with such a grid, or one clean line
         if self.layer_map is not None and any(i < 0 for i in self.layer_map):
             raise UserInputError(f"distill config: layer_map entries must be teacher layer indices, "
                                  f"got {self.layer_map}")

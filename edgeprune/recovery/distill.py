@@ -24,6 +24,7 @@ from edgeprune.recovery.losses import (
 )
 from edgeprune.recovery.precision import resolve_precision, training_autocast
 from edgeprune.recovery.teacher_outputs import TeacherOutputs
+from edgeprune.recovery.weight_grid import grid_of, trained_on_grid
 
 
 def resolve_layer_map(student: nn.Module, teacher: nn.Module, config: DistillConfig) -> list[int] | None:
@@ -133,6 +134,9 @@ def distill(student: nn.Module, teacher: nn.Module, data: DistillData, config: D
     with ExitStack() as stack:
         stack.enter_context(torch.random.fork_rng(devices=[]))  # dropout draws from the seeded global RNG
         stack.enter_context(frozen_parameters(teacher))
+        if config.quantization_aware:  # validated from here on, trained, and left on the recipe's 4-bit grid
+            on_grid = stack.enter_context(trained_on_grid(student, grid_of(config.quantization_aware)))
+            progress.note(f"  training {on_grid} linears through {config.quantization_aware}'s 4-bit grid")
         if layer_map is not None:
             stack.enter_context(captured_hidden(student, student_hidden))
             stack.enter_context(captured_hidden(teacher, teacher_hidden))

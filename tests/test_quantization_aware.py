@@ -1,0 +1,78 @@
+"""Quantization-aware recovery: a student distilled through litert-int4's asymmetric 4-bit grid (straight-through)
+and left on it, so that its litert-int4 artifact holds the recovered weights exactly."""
+
+import json
+
+import pytest
+import torch
+
+import edgeprune.cli
+from edgeprune.errors import UserInputError
+from edgeprune.models import adapter_for
+from edgeprune.models.io import load, save
+from edgeprune.pruning import prune_heads
+from edgeprune.quantize.block_offsets import BlockOffsetLinear
+from edgeprune.recovery.config import DistillConfig
+from edgeprune.recovery.weight_grid import grid_linears, trained_on_grid
+
+GROUP = 32
+
+
+def on_its_grid(linear: torch.nn.Linear) -> bool:
+    return torch.allclose(BlockOffsetLinear(linear, GROUP).dense_weight(), linear.weight, rtol=0, atol=1e-6)
+
+
+def test_inside_the_linears_multiply_by_their_4_bit_grid_with_a_straight_through_gradient_and_stay_on_it():
+    torch.manual_seed(0)
+    model = torch.nn.Sequential(torch.nn.Linear(64, 32), torch.nn.Linear(32, 48), torch.nn.Linear(48, 8))
+    original = [m.weight.detach().clone() for m in model]
+    quantized = BlockOffsetLinear(model[0], GROUP).dense_weight().detach()
+    x = torch.randn(5, 64)
+    with trained_on_grid(model, GROUP) as count:
+        assert count == 2  # 64 and 32 wide; 48 is no whole number of blocks
+        hidden = model[0](x)
+        assert torch.allclose(hidden, torch.nn.functional.linear(x, quantized, model[0].bias), atol=1e-6)
+        hidden.sum().backward()
+        weight = model[0].parametrizations.weight.original
+        assert torch.allclose(weight.grad, torch.ones(5, 32).T @ x, atol=1e-5)  # as if the weight were float
+        with torch.no_grad():
+            weight.add_(0.01)  # a training step moves the float weight off the grid
+    assert on_its_grid(model[0]) and on_its_grid(model[1])
+    assert not torch.equal(model[0].weight, original[0])
+    assert torch.equal(model[2].weight, original[2])  # untouched
+
+
+def test_the_config_names_a_recipe_with_such_a_grid_and_round_trips():
+    config = DistillConfig(quantization_aware="litert-int4")
+    assert DistillConfig.from_dict(json.loads(json.dumps(config.to_dict()))) == config
+    with pytest.raises(UserInputError, match="trains on litert-int4's 4-bit grid; litert-int8 stores"):
+        DistillConfig(quantization_aware="litert-int8")
+
+
+def test_distill_through_the_cli_leaves_a_decoder_on_litert_int4s_grid_and_its_artifact_holds_it(tmp_path, capsys):
+    from edgeprune.export import export
+    from edgeprune.models.classifier import CausalLMLogits
+    from tests._byo import tiny_llama_dir
+
+    teacher = tiny_llama_dir(tmp_path / "llama", heads=4, kv_heads=2)
+    pruned = save(prune_heads(load(teacher), {0: [0, 1]}), tmp_path / "pruned", source=teacher)
+    out = tmp_path / "recovered"
+    code = edgeprune.cli.main(["distill", "--task", "smollm2-bbc", "--teacher-model", str(teacher), "--model",
+                               str(pruned), "--max-length", "16", "--max-steps", "3", "--eval-every", "3",
+                               "--train-limit", "24", "--quantization-aware", "litert-int4", "--out", str(out),
+                               "--quiet"])
+    assert code == 0, capsys.readouterr().err
+    assert json.loads((out / "distill.json").read_text())["result"]["config"]["quantization_aware"] == "litert-int4"
+    recovered = load(out)
+    linears = grid_linears(recovered, GROUP)
+    assert len(linears) == 2 * 6 + 1  # q, k, v, gate, up, down of 2 layers; o_proj of layer 1 (16 wide in layer 0)
+    assert all(on_its_grid(linear) for linear in linears)
+    assert [block.num_heads for block in adapter_for(recovered).attention_blocks(recovered)] == [2, 4]
+    example = (torch.arange(3, 19)[None], torch.arange(16))
+    artifact = export(CausalLMLogits(recovered, 32).eval(), example, tmp_path / "int4.tflite", "litert-int4",
+                      verify_on=[example])
+    assert artifact.verification.min_cosine >= 0.999
+
+    code = edgeprune.cli.main(["distill", "--task", "smollm2-bbc", "--teacher-model", str(teacher), "--model",
+                               str(pruned), "--quantization-aware", "int4", "--out", str(tmp_path / "x")])
+    assert code == 2 and "'int4' is not 'litert-int4'" in capsys.readouterr().err
