@@ -4,6 +4,7 @@ task keeps DistillConfig's defaults, and `FitOptions.recovery_batch_size` still 
 
 import copy
 
+import pytest
 import torch
 
 from edgeprune.progress import Progress
@@ -58,3 +59,22 @@ def test_an_encoder_keeps_the_default_distillation():
     assert (config.learning_rate, config.temperature, config.task_weight) == \
         (defaults.learning_rate, defaults.temperature, defaults.task_weight)
     assert ClassificationTask.recovery_batch_size == 16 and ClassificationTask.recovery_validation_limit is None
+
+
+def test_fit_recovers_on_a_recipes_4_bit_grid_when_asked(tmp_path):
+    from edgeprune.errors import UserInputError
+    from edgeprune.quantize.block_offsets import BlockOffsetLinear
+    from edgeprune.recovery.weight_grid import grid_linears
+
+    task = decoder_task(tmp_path)
+    teacher = task.teacher().model
+    student = copy.deepcopy(teacher)
+    prune_heads(student, {0: [0, 1]})
+    options = FitOptions(recover_steps=2, recovery_quantization_aware="litert-int4")
+    result, _ = run_recovery(student, teacher, task, options, Progress(enabled=False))
+    assert result.config.quantization_aware == "litert-int4" == recovery_config(task, options).quantization_aware
+    linears = grid_linears(student, 32)
+    assert len(linears) == 2 * 6 + 1  # every 32-wide linear but layer 0's 16-wide o_proj; not the output layer
+    assert all(torch.allclose(BlockOffsetLinear(m, 32).dense_weight(), m.weight, atol=1e-6) for m in linears)
+    with pytest.raises(UserInputError, match="trains on litert-int4's 4-bit grid; int4 stores"):
+        FitOptions(recovery_quantization_aware="int4")

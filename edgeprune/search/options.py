@@ -61,6 +61,9 @@ class FitOptions:
     recover_steps: int | str = AUTO
     recovery_batch_size: int | None = None  # examples a recovery step; None: the task's (Task.recovery_batch_size)
     recovery_precision: str = "auto"  # the students' training arithmetic (`edgeprune.recovery.precision`)
+    # a recipe whose 4-bit grid the students train through and are left on (`DistillConfig.quantization_aware`):
+    # litert-int4, whose artifact then holds a recovered model exactly; None: float students
+    recovery_quantization_aware: str | None = None
     # no candidate is started once the fit has run this long (resumed sessions included) and a candidate meets every
     # budget: the best so far ships, and the result says what was left unbuilt. None: search until nothing can win
     time_limit_minutes: float | None = None
@@ -92,6 +95,10 @@ class FitOptions:
         if self.recovery_precision not in PRECISIONS:
             raise UserInputError(f"recovery_precision must be one of {', '.join(PRECISIONS)}, "
                                  f"got {self.recovery_precision!r}")
+        if self.recovery_quantization_aware is not None:
+            from edgeprune.recovery.weight_grid import grid_of
+
+            grid_of(self.recovery_quantization_aware)
         self.ffn_fractions = parse_fractions(self.ffn_fractions)
         if self.ffn_allocation not in FFN_ALLOCATIONS:
             raise UserInputError(f"ffn_allocation must be {' or '.join(FFN_ALLOCATIONS)}, got {self.ffn_allocation!r}")

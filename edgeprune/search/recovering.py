@@ -209,12 +209,14 @@ def teacher_outputs(builder: RecoveringBuilder) -> "TeacherOutputs":
 
 def recovery_config(task: Task, options: FitOptions) -> "DistillConfig":
     """The distillation settings of fit's recoveries: `options.recovery_steps` steps, three validation passes, a
-    short warm-up, the task's seed and recovery settings, `options.recovery_precision`."""
+    short warm-up, the task's seed and recovery settings, `options.recovery_precision` and
+    `options.recovery_quantization_aware`."""
     from edgeprune.recovery import DistillConfig
 
     steps = options.recovery_steps
     return DistillConfig(max_steps=steps, eval_every=max(1, steps // 3), warmup_steps=min(20, steps // 5),
-                         seed=task.seed, precision=options.recovery_precision, **task.recovery_settings)
+                         seed=task.seed, precision=options.recovery_precision,
+                         quantization_aware=options.recovery_quantization_aware, **task.recovery_settings)
 
 
 def run_recovery(student: nn.Module, teacher: nn.Module, task: Task, options: FitOptions, progress: Progress,
