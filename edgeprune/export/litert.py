@@ -226,10 +226,11 @@ def _quantize(float_path: Path, recipe: Recipe) -> bytes:
 def _quantize_blocks(float_path: Path, at_8_bits: Sequence[str] = ()) -> bytes:
     """litert-int4's quantization of a converted model whose linears were split (`with_block_offsets`): int8 per
     channel for every weight; 4-bit blocks of 32 for the symmetric parts, their codes then made exact; the offsets
-    as they are, float (a later rule wins): a rows × blocks matrix, 1/8 of the 4-bit weight's bytes, whose int8
-    dynamic FULLY_CONNECTED made a SmolLM2 decode step 10 % slower than float (docs/FINDINGS.md). A symmetric part
-    the converter folded off its grid is quantized again at int8 (`at_8_bits`: op scopes)."""
-    from ai_edge_quantizer import algorithm_manager, quantizer
+    (a rows × blocks matrix, 1/16 of the 4-bit weight's bytes) as fp16 weights of a float FULLY_CONNECTED (a later
+    rule wins): XNNPACK widens them to fp32 when it loads the model, where an int8 dynamic FULLY_CONNECTED made a
+    SmolLM2 decode step slower (docs/FINDINGS.md). A symmetric part the converter folded off its grid is quantized
+    again at int8 (`at_8_bits`: op scopes)."""
+    from ai_edge_quantizer import algorithm_manager, qtyping, quantizer
     from ai_edge_quantizer import recipe as aeq_recipes
 
     # an op's scope is its output's name, the module path with each module's class: "...BlockOffsetLinear_q_proj;"
@@ -237,12 +238,12 @@ def _quantize_blocks(float_path: Path, at_8_bits: Sequence[str] = ()) -> bytes:
     int8 = aeq_recipes.dynamic_wi8_afp32()
     split = [dict(rule, regex=r"\.BlockOffsetLinear_", operation="FULLY_CONNECTED")
              for rule in aeq_recipes.dynamic_wi4b32_afp32()]
-    offsets = [dict(rule, regex=r"\.Linear_block_offsets;", operation="FULLY_CONNECTED",
-                    algorithm_key=algorithm_manager.AlgorithmName.NO_QUANTIZE) for rule in int8]
     folded = [dict(rule, regex=f"^{re.escape(scope)}$", operation="FULLY_CONNECTED") for scope in at_8_bits
               for rule in int8]
     tool = quantizer.Quantizer(str(float_path))
-    tool.load_quantization_recipe(int8 + split + offsets + folded)
+    tool.load_quantization_recipe(int8 + split + folded)
+    tool.add_weight_only_config(r"\.Linear_block_offsets;", qtyping.TFLOperationName.FULLY_CONNECTED, 16,
+                                algorithm_key=algorithm_manager.AlgorithmName.FLOAT_CASTING)
     data, _, off_grid = rewrite_block_codes(tool.quantize().quantized_model, float_path.read_bytes())
     if off_grid and not at_8_bits:
         return _quantize_blocks(float_path, off_grid)
