@@ -227,9 +227,9 @@ def _quantize_blocks(float_path: Path, at_8_bits: Sequence[str] = ()) -> bytes:
     """litert-int4's quantization of a converted model whose linears were split (`with_block_offsets`): int8 per
     channel for every weight; 4-bit blocks of 32 for the symmetric parts, their codes then made exact; the offsets
     (a rows × blocks matrix, 1/16 of the 4-bit weight's bytes) as fp16 weights of a float FULLY_CONNECTED (a later
-    rule wins): XNNPACK widens them to fp32 when it loads the model, where an int8 dynamic FULLY_CONNECTED made a
-    SmolLM2 decode step slower (docs/FINDINGS.md). A symmetric part the converter folded off its grid is quantized
-    again at int8 (`at_8_bits`: op scopes)."""
+    rule wins): no activation quantization of their own, and XNNPACK widens them to fp32 when it loads the model
+    (int8 dynamic offsets measured no faster on SmolLM2: docs/FINDINGS.md). A symmetric part the converter folded
+    off its grid is quantized again at int8 (`at_8_bits`: op scopes)."""
     from ai_edge_quantizer import algorithm_manager, qtyping, quantizer
     from ai_edge_quantizer import recipe as aeq_recipes
 
