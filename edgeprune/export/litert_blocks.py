@@ -8,8 +8,9 @@ FULLY_CONNECTED is rewritten from its float original: codes k, scale d (rounded 
 stores its own: XNNPACK's blockwise kernels read bf16 scales). The byte layout stays the quantizer's: signed
 codes two to a byte, the first in the low nibble, one fp16 scale per block, rows × blocks.
 
-A weight the converter folded with a neighbour (MiniLM's embedding LayerNorm scale, multiplied into the query
-weight) is no longer on the grid: its op's scope is returned, for the caller to quantize it another way.
+A weight the converter changed is no longer on the grid (one of MiniLM's query weights came out named after the
+embedding LayerNorm as well, a constant folded into it): its op's scope is returned, for the caller to quantize it
+another way.
 """
 
 import ml_dtypes

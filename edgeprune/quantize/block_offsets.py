@@ -76,8 +76,8 @@ def split_block_offsets(model: nn.Module, group: int, skip: Collection[nn.Module
     replaced = 0
     for parent in list(model.modules()):
         for name, child in list(parent.named_children()):
-            if (type(child) is nn.Linear and id(child) not in skipped  # noqa: E721 - not a subclass already split
-                    and child.in_features % group == 0):
+            # exactly nn.Linear: a BlockOffsetLinear (a subclass) is split already
+            if type(child) is nn.Linear and id(child) not in skipped and child.in_features % group == 0:
                 setattr(parent, name, BlockOffsetLinear(child, group))
                 replaced += 1
     return replaced
