@@ -109,6 +109,14 @@ def test_generation_benchmark_measures_every_figure(shipped):
     assert result.peak_rss_mb >= result.added_rss_mb >= 0
 
 
+def test_the_measured_peak_is_the_measuring_processs_not_its_parents(shipped):
+    """ru_maxrss survives fork and exec: measured from fit's process (gigabytes) it reported fit's peak."""
+    _, artifact = shipped
+    ballast = torch.ones(700_000_000 // 4 * 4)  # 2.8 GB resident in this process
+    result = benchmark_generation(artifact.path, threads=1, prompt_tokens=8, depths=(0,), min_seconds=0.05)
+    assert float(ballast[-1]) == 1.0 and 0 < result.peak_rss_mb < 2000
+
+
 def test_generate_cli_continues_and_benchmarks(shipped, tmp_path, capsys):
     _, artifact = shipped
     from tests._byo import copy_tokenizer

@@ -3,17 +3,12 @@ one line of JSON (a GenerationBenchmark). Not a user command: `edgeprune generat
 
 import argparse
 import json
-import resource
 import statistics
 import sys
 import time
 from collections.abc import Iterator
 
 DECODE_WINDOW = 64  # positions a timed decode cycles through past its depth (the cache is overwritten in place)
-
-
-def peak_rss_mb() -> float:
-    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024  # Linux reports KiB
 
 
 def timed(run, min_seconds: float, least: int) -> tuple[list[float], float]:  # noqa: ANN001 - a closure
@@ -37,6 +32,9 @@ def main(argv: list[str] | None = None) -> int:
 
     import torch
 
+    # VmHWM, this process image's own peak: ru_maxrss would carry the peak of the process that started it (fit's,
+    # gigabytes) across fork and exec
+    from edgeprune.bench.runner import peak_rss_mb
     from edgeprune.export import RUNTIMES, runtime_of
 
     for module in RUNTIMES.get(runtime_of(args.artifact) or "executorch").packages:
