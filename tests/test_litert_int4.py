@@ -30,7 +30,7 @@ def on_grid(model: torch.nn.Module) -> torch.nn.Module:
     return model
 
 
-def int4_weights(path, kind: str = "INT4") -> list[tuple[int, ...]]:
+def tensor_shapes(path, kind: str = "INT4") -> list[tuple[int, ...]]:
     """The shapes of the first subgraph's tensors of `kind` (a TFLite tensor type)."""
     from ai_edge_litert import schema_py_generated as schema
 
@@ -113,7 +113,7 @@ def test_an_encoder_on_a_grid_exports_at_4_bits_as_close_as_int8_and_the_size_mo
                                       torch.nn.Linear(64, 5)).eval())
     inputs = _inputs()
     artifact = export_prepared(quantize(model, recipe), inputs[0], tmp_path / "int4.tflite", recipe)
-    assert len(int4_weights(artifact.path)) == 3 * 6 + 1  # q, k, v, out, up, down of 3 layers; the classifier
+    assert len(tensor_shapes(artifact.path)) == 3 * 6 + 1  # q, k, v, out, up, down of 3 layers; the classifier
     int8 = export_prepared(quantize(model, "litert-int8"), inputs[0], tmp_path / "int8.tflite",
                            RECIPES.get("litert-int8"))
     check = verify_artifact(model, load_artifact(artifact.path), inputs, recipe.min_cosine)
@@ -130,7 +130,7 @@ def test_an_encoder_on_a_grid_exports_at_4_bits_as_close_as_int8_and_the_size_mo
     # and the size model predicts the file from the dense one's
     pruned = prune_heads(model, {0: [0, 1, 2]})
     smaller = export_prepared(quantize(pruned, recipe), inputs[0], tmp_path / "pruned.tflite", recipe)
-    assert len(int4_weights(smaller.path)) == 3 * 6
+    assert len(tensor_shapes(smaller.path)) == 3 * 6
     assert verify_artifact(pruned, load_artifact(smaller.path), inputs, recipe.min_cosine).passed
     assert abs(sizes.predict(pruned, recipe) - smaller.size_bytes) <= 0.02 * smaller.size_bytes
 
@@ -187,6 +187,6 @@ def test_a_split_linear_off_its_grid_after_conversion_is_stored_at_8_bits(tmp_pa
     with torch.no_grad():
         query.weight.add_(1e-3 * torch.randn_like(query.weight))  # off the grid, as a folded constant leaves it
     artifact = export(model, _inputs()[0], tmp_path / "int4.tflite", "litert-int4", verify_on=_inputs())
-    assert len(int4_weights(artifact.path)) == 3 * 6 + 1 - 1
-    assert int4_weights(artifact.path, "INT8").count((64, 64)) == 1  # that query weight
+    assert len(tensor_shapes(artifact.path)) == 3 * 6 + 1 - 1
+    assert tensor_shapes(artifact.path, "INT8").count((64, 64)) == 1  # that query weight
     assert artifact.verification.min_cosine >= 0.999
