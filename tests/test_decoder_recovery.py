@@ -63,8 +63,7 @@ def test_an_encoder_keeps_the_default_distillation():
 
 def test_fit_recovers_on_a_recipes_4_bit_grid_when_asked(tmp_path):
     from edgeprune.errors import UserInputError
-    from edgeprune.quantize.block_offsets import BlockOffsetLinear
-    from edgeprune.recovery.weight_grid import grid_linears
+    from edgeprune.quantize.block_offsets import BlockOffsetLinear, grid_linears
 
     task = decoder_task(tmp_path)
     teacher = task.teacher().model

@@ -11,9 +11,9 @@ from edgeprune.errors import UserInputError
 from edgeprune.models import adapter_for
 from edgeprune.models.io import load, save
 from edgeprune.pruning import prune_heads
-from edgeprune.quantize.block_offsets import BlockOffsetLinear
+from edgeprune.quantize.block_offsets import BlockOffsetLinear, grid_linears
 from edgeprune.recovery.config import DistillConfig
-from edgeprune.recovery.weight_grid import grid_linears, trained_on_grid
+from edgeprune.recovery.weight_grid import trained_on_grid
 
 GROUP = 32
 

@@ -32,7 +32,6 @@ from edgeprune.export.litert_generator import (
 from edgeprune.export.program_facts import ProgramFacts, RuntimeInfo, TensorSpec, package_version
 from edgeprune.progress import library_output_hidden
 from edgeprune.quantize.block_offsets import split_block_offsets
-from edgeprune.quantize.formats import output_layer
 from edgeprune.quantize.recipes import Recipe
 from edgeprune.runtimes.litert import LITERT
 
@@ -200,11 +199,10 @@ def read_op_codes(data: bytes) -> tuple[int, list[str]]:
 
 
 def with_block_offsets(module: nn.Module, group: int) -> nn.Module:
-    """A copy of `module` whose linears (all but a language model's output layer, which stays at 8 bits: at 4 it
-    costs a decoder most of its quality) are asymmetric 4-bit blocks split into a symmetric part and offsets."""
+    """A copy of `module` whose grid linears (all but a language model's output layer, whole blocks wide) are
+    asymmetric 4-bit blocks split into a symmetric part and offsets."""
     split = copy.deepcopy(module)
-    head = output_layer(split)
-    split_block_offsets(split, group, skip=[head] if head is not None else [])
+    split_block_offsets(split, group)
     return split
 
 

@@ -21,6 +21,8 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
+from edgeprune.quantize.formats import output_layer
+
 LEVELS = 15  # 4 bits: codes 0..15, i.e. 15 steps between a block's minimum and maximum
 SHIFT = 8  # q − 8 lies in −8..7, a signed 4-bit code
 
@@ -48,7 +50,8 @@ class BlockOffsetLinear(nn.Linear):
         return F.linear(x, self.weight, self.bias) + self.block_offsets(block_sums)
 
     def dense_weight(self) -> torch.Tensor:
-        """The quantized weight this layer multiplies by: the symmetric part plus each block's offset."""
+        """The quantized weight this layer multiplies by (`quantized_blocks` of the original): the symmetric part
+        plus each block's offset."""
         return self.weight + self.block_offsets.weight.repeat_interleave(self.group, dim=1)
 
 
@@ -68,16 +71,28 @@ def asymmetric_blocks(weight: torch.Tensor, group: int) -> tuple[torch.Tensor, t
     return symmetric, low + SHIFT * step
 
 
+def quantized_blocks(weight: torch.Tensor, group: int) -> torch.Tensor:
+    """`weight` [rows, cols] as its asymmetric 4-bit quantization in blocks of `group` columns multiplies."""
+    symmetric, offsets = asymmetric_blocks(weight, group)
+    return symmetric + offsets.repeat_interleave(group, dim=1)
+
+
+def grid_linears(model: nn.Module, group: int, skip: Collection[nn.Module] = ()) -> list[nn.Linear]:
+    """The linears a 4-bit recipe stores in blocks of `group`: exactly nn.Linear (a BlockOffsetLinear is split
+    already), whole blocks wide, neither a language model's output layer (int8: at 4 bits it costs a decoder most of
+    its quality) nor one of `skip`."""
+    skipped = {id(module) for module in skip} | {id(output_layer(model))}
+    return [module for module in model.modules()
+            if type(module) is nn.Linear and id(module) not in skipped and module.in_features % group == 0]
+
+
 def split_block_offsets(model: nn.Module, group: int, skip: Collection[nn.Module] = ()) -> int:
-    """Replace every nn.Linear of `model` whose input width `group` divides, all but `skip`, by its
-    BlockOffsetLinear (in place; the model's weights become their 4-bit asymmetric quantization). Returns how many
-    were replaced; the others stay as they are (a runtime stores them at 8 bits)."""
-    skipped = {id(module) for module in skip}
-    replaced = 0
+    """Replace each of `model`'s grid linears (`grid_linears`) by its BlockOffsetLinear, in place: the model's
+    weights become their 4-bit asymmetric quantization. Returns how many were replaced; the other linears stay as
+    they are (a runtime stores them at 8 bits)."""
+    targets = {id(module) for module in grid_linears(model, group, skip)}
     for parent in list(model.modules()):
         for name, child in list(parent.named_children()):
-            # exactly nn.Linear: a BlockOffsetLinear (a subclass) is split already
-            if type(child) is nn.Linear and id(child) not in skipped and child.in_features % group == 0:
+            if id(child) in targets:
                 setattr(parent, name, BlockOffsetLinear(child, group))
-                replaced += 1
-    return replaced
+    return len(targets)

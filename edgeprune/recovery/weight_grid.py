@@ -16,8 +16,7 @@ from torch import nn
 from torch.nn.utils import parametrize
 
 from edgeprune.errors import UserInputError
-from edgeprune.quantize.block_offsets import asymmetric_blocks
-from edgeprune.quantize.formats import output_layer
+from edgeprune.quantize.block_offsets import grid_linears, quantized_blocks
 
 
 class AsymmetricBlocks(nn.Module):
@@ -30,8 +29,7 @@ class AsymmetricBlocks(nn.Module):
 
     def forward(self, weight: torch.Tensor) -> torch.Tensor:
         with torch.no_grad():
-            symmetric, offsets = asymmetric_blocks(weight.detach().float(), self.group)
-            quantized = (symmetric + offsets.repeat_interleave(self.group, dim=1)).to(weight.dtype)
+            quantized = quantized_blocks(weight.detach().float(), self.group).to(weight.dtype)
         return weight + (quantized - weight).detach()
 
 
@@ -46,17 +44,11 @@ def grid_of(recipe_name: str) -> int:
     return recipe.group_size
 
 
-def grid_linears(model: nn.Module, group: int) -> list[nn.Linear]:
-    """The linears a 4-bit recipe stores on blocks of `group`: whole blocks wide, not the output layer (int8)."""
-    head = output_layer(model)
-    return [module for module in model.modules()
-            if type(module) is nn.Linear and module is not head and module.in_features % group == 0]
-
-
 @contextmanager
 def trained_on_grid(model: nn.Module, group: int | None) -> Iterator[int]:
-    """While open, `model`'s grid linears multiply by their asymmetric 4-bit quantization (the float weights train
-    underneath); on closing each weight is left on its grid. Yields how many linears; `group` None: none."""
+    """While open, `model`'s grid linears (`grid_linears`: not the output layer, whole blocks wide) multiply by
+    their asymmetric 4-bit quantization (the float weights train underneath); on closing each weight is left on its
+    grid. Yields how many linears; `group` None: none."""
     linears = grid_linears(model, group) if group else []
     for linear in linears:
         parametrize.register_parametrization(linear, "weight", AsymmetricBlocks(group))
