@@ -1,7 +1,7 @@
 """SmolLM2-135M decoding on this CPU, side by side: edgeprune's KV-cached ExecuTorch generator against llama.cpp, at
 one thread count for every engine.
 
-    .venv/bin/python benchmarks/decoder_vs_llamacpp.py [--threads 2] [--fitted PATH/model.pte]
+    .venv/bin/python benchmarks/decoder_vs_llamacpp.py [--threads 2] [--context 256] [--fitted PATH/model.pte]
         [--rows int4-decoder/fast,litert-int8/portable] [--skip-llamacpp] [--out decoder_vs_llamacpp.json]
 
 Rows (engine, weights, file MB, prefill tokens/s at a 128-token prompt (pp128), decode tokens/s over 128 tokens
@@ -15,7 +15,11 @@ Rows (engine, weights, file MB, prefill tokens/s at a 128-token prompt (pp128), 
 4. edgeprune fitted: `--fitted`, a `.pte` or `.tflite` that `edgeprune fit --task smollm2-bbc ...` shipped (skipped
    without it).
 
-edgeprune speed is `benchmark_generation` (a fresh process: prefill of a 128-token prompt, decode at depth 128);
+edgeprune speed is `benchmark_generation` (a fresh process: prefill of a 128-token prompt, decode at depth 128) of
+programs built for `--context` cache slots: by default 256, what a 128-token prompt and 128 generated tokens need
+(llama-bench's tg128 generates its 128 tokens into a context of its own that size or smaller). A program attends
+over every slot of its cache at every step, so a longer context decodes slower (docs/FINDINGS.md, 2026-12-06,
+fourth session); `--fitted` keeps the context it was fitted for, which its row shows.
 its perplexity is `task.runtime_quality` through the program on the test split (blocks of 128). llama.cpp speed is
 `llama-bench -p 128 -n 128`; its perplexity is `llama-perplexity -c 128` on the test split's text cut to about the
 tokens edgeprune scores. llama.cpp chunks on its own (context 128, the second half of each chunk scored), so the two
@@ -49,6 +53,7 @@ TARGETS = ("llama-bench", "llama-perplexity")
 GGUF_NAME = "SmolLM2-135M-Instruct.Q4_1.gguf"
 Q8_NAME = "SmolLM2-135M-Instruct.Q8_0.gguf"
 TOKENS = 128  # prompt tokens (pp) and generated tokens (tg), and the perplexity context
+CONTEXT = 2 * TOKENS  # the dense programs' cache slots by default: a pp128 prompt and tg128's tokens
 # the dense edgeprune rows: (recipe, attention path of the program: generation/fast_attention.py)
 DENSE_ROWS = (("fp32", "fast"), ("int4-linear", "portable"), ("int4-linear", "fast"), ("int4-decoder", "fast"),
               ("litert-int4", "portable"), ("litert-int8", "portable"), ("litert-fp16", "portable"))
@@ -221,6 +226,9 @@ def main() -> int:
                         help="a model.pte or model.tflite that `edgeprune fit --task smollm2-bbc` shipped")
     parser.add_argument("--rows", help="the dense edgeprune rows to run, RECIPE/ATTENTION comma-separated (default: "
                         "all of " + ",".join(f"{r}/{a}" for r, a in DENSE_ROWS) + ")")
+    parser.add_argument("--context", type=int, default=CONTEXT,
+                        help=f"cache slots of the dense edgeprune programs (default {CONTEXT}: a {TOKENS}-token "
+                        f"prompt and {TOKENS} generated tokens)")
     parser.add_argument("--skip-llamacpp", action="store_true", help="edgeprune's rows only (no build, no ratios)")
     parser.add_argument("--out", type=Path, default=Path("decoder_vs_llamacpp.json"))
     args = parser.parse_args()
@@ -229,6 +237,8 @@ def main() -> int:
         parser.error("--rows takes RECIPE/ATTENTION pairs, e.g. int4-decoder/fast,litert-int8/portable")
     if args.threads < 1:
         parser.error("--threads must be at least 1")
+    if args.context < CONTEXT:
+        parser.error(f"--context must be at least {CONTEXT} (a {TOKENS}-token prompt, then decode at depth {TOKENS})")
     if args.fitted is not None and not args.fitted.is_file():
         parser.error(f"--fitted {args.fitted} does not exist")
     need_tool("flock", "util-linux")
@@ -249,7 +259,7 @@ def main() -> int:
     from edgeprune.tasks import bundled_task
 
     torch.set_num_threads(args.threads)
-    task = bundled_task("smollm2-bbc", max_length=TOKENS)
+    task = bundled_task("smollm2-bbc", max_length=TOKENS, context=args.context)
     notes = [f"threads: {args.threads} for every engine (torch, ExecuTorch, llama-bench -t, llama-perplexity -t); "
              f"{os.cpu_count()} CPUs"]
     rows: list[dict] = []
@@ -299,7 +309,8 @@ def main() -> int:
         f"in method",
         f"PyTorch fp32 teacher perplexity on the edgeprune test blocks: {teacher.test.value:.3f}",
         f"speed: llama-bench pp{TOKENS}/tg{TOKENS} (mean of its repetitions); edgeprune benchmark_generation: "
-        f"prefill of a {TOKENS}-token prompt (median, first-token logits included), decode at depth {TOKENS}",
+        f"prefill of a {TOKENS}-token prompt (median, first-token logits included), decode at depth {TOKENS}; dense "
+        f"programs built for {args.context} cache slots (a row's own context is in the JSON)",
         "weights: edgeprune's fp32 is the Q4_1 GGUF dequantized; Q8_0 re-quantizes that dequantized folder",
     ]
     if build_s is not None:
@@ -315,14 +326,16 @@ def main() -> int:
                 row["decode_vs_llamacpp_q4_1"] = round(row["decode_tokens_per_s"] / q4_tg, 3)
             row["perplexity_vs_fp32"] = round(row["perplexity"] / teacher.test.value - 1, 4)
     print(f"\nthreads: {args.threads}")
-    header = (f"{'engine':<32} {'weights':<26} {'file MB':>8} {'pp128 tok/s':>12} {'tg128 tok/s':>12} {'ppl':>8} "
-              f"{'tg / Q4_1':>10} {'ppl vs fp32':>12}")
+    header = (f"{'engine':<32} {'weights':<26} {'file MB':>8} {'context':>8} {'pp128 tok/s':>12} {'tg128 tok/s':>12} "
+              f"{'ppl':>8} {'tg / Q4_1':>10} {'ppl vs fp32':>12}")
     print(header)
     print("-" * len(header))
     for row in rows:
         ratio = f"{row['decode_vs_llamacpp_q4_1']:.2f}x" if "decode_vs_llamacpp_q4_1" in row else ""
         relative = f"{row['perplexity_vs_fp32']:+.1%}" if "perplexity_vs_fp32" in row else ""
-        print(f"{row['engine']:<32} {row['weights']:<26} {row['file_mb']:>8.1f} {row['prefill_tokens_per_s']:>12.1f} "
+        context = str(row.get("context", ""))
+        print(f"{row['engine']:<32} {row['weights']:<26} {row['file_mb']:>8.1f} {context:>8} "
+              f"{row['prefill_tokens_per_s']:>12.1f} "
               f"{row['decode_tokens_per_s']:>12.1f} {row['perplexity']:>8.3f} {ratio:>10} {relative:>12}")
     print("\nnotes:")
     for note in notes:

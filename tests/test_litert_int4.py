@@ -142,13 +142,25 @@ def test_a_decoder_generator_stores_its_weights_exactly_at_4_bits_and_its_output
     assert artifact.verification.min_cosine >= 0.999
     stored = stored_int4_weights(artifact.path)
     assert (30522, 32) not in [w.shape for w in stored]  # the vocabulary projection
-    # q, k, v, gate, up (32 wide) and down (64) in 3 layers; o_proj only in layer 1 (8 heads of 4: 32 wide)
-    assert len(stored) == 3 * 6 + 1
-    # each is the symmetric part of one of the model's linears, up to the scales' bfloat16 rounding (2^-9)
-    symmetric = [BlockOffsetLinear(m, GROUP).weight for m in model.modules()
-                 if type(m) is torch.nn.Linear and m.in_features % GROUP == 0 and m.out_features != 30522]
+    # the generator fuses q/k/v and gate/up (export/fused_projections.py): per layer one 4-bit q/k/v, one gate/up
+    # (32 wide) and one down (64); o_proj only in layer 1 (8 heads of 4: 32 wide)
+    assert len(stored) == 3 * 3 + 1
+    # each is the symmetric part of the model's linears it stacks, up to the scales' bfloat16 rounding (2^-9)
+    def symmetric(*linears: torch.nn.Linear) -> torch.Tensor:
+        return torch.cat([BlockOffsetLinear(linear, GROUP).weight for linear in linears])
+
+    expected = []
+    for index, layer in enumerate(model.model.model.layers):
+        attention, mlp = layer.self_attn, layer.mlp
+        expected += [symmetric(attention.q_proj, attention.k_proj, attention.v_proj),
+                     symmetric(mlp.gate_proj, mlp.up_proj), symmetric(mlp.down_proj)]
+        expected += [symmetric(attention.o_proj)] if index == 1 else []
     for weight in stored:
-        assert any(w.shape == weight.shape and torch.allclose(w, weight, rtol=2 ** -8, atol=0) for w in symmetric)
+        assert any(w.shape == weight.shape and torch.allclose(w, weight, rtol=2 ** -8, atol=0) for w in expected)
+    # the offsets are int8 weights (dynamic-range FULLY_CONNECTEDs): the only fp16 tensors left are the 4-bit
+    # weights' block scales, one [rows, blocks] tensor each
+    assert sorted(tensor_shapes(artifact.path, "FLOAT16")) == sorted((len(w), w.shape[1] // GROUP) for w in stored)
+    assert tensor_shapes(artifact.path, "INT8").count((32, 2)) == 3  # each layer's down_proj offsets: 2 blocks
 
 
 def stored_int4_weights(path) -> list[torch.Tensor]:

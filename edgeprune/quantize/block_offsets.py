@@ -15,7 +15,7 @@ come from a Q4_1 GGUF, i.e. already lie on an asymmetric grid of blocks of 32 (d
 session). On any other model they are the better 4-bit grid of the two.
 """
 
-from collections.abc import Collection
+from collections.abc import Collection, Sequence
 
 import torch
 import torch.nn.functional as F
@@ -44,6 +44,25 @@ class BlockOffsetLinear(nn.Linear):
             self.bias = nn.Parameter(linear.bias.detach().float().clone())
         self.block_offsets = nn.Linear(cols // group, rows, bias=False, device=linear.weight.device)
         self.block_offsets.weight = nn.Parameter(offsets)
+
+    @classmethod
+    def stacked(cls, layers: Sequence["BlockOffsetLinear"]) -> "BlockOffsetLinear":
+        """One layer whose rows are `layers`' rows in order (one block width): symmetric parts, offsets and biases
+        stacked alike. Each row's quantization is its own, so the stacked layer is each layer's quantization."""
+        if len({layer.group for layer in layers}) > 1:
+            raise ValueError("only 4-bit linears of one block width can be stacked")
+        first = layers[0]
+        stacked = cls(nn.Linear(first.in_features, 1, bias=first.bias is not None, device=first.weight.device),
+                      first.group)
+        stacked.out_features = sum(layer.out_features for layer in layers)
+        stacked.weight = nn.Parameter(torch.cat([layer.weight.detach() for layer in layers]))
+        stacked.block_offsets = nn.Linear(first.in_features // first.group, stacked.out_features, bias=False,
+                                          device=first.weight.device)
+        stacked.block_offsets.weight = nn.Parameter(torch.cat([layer.block_offsets.weight.detach()
+                                                               for layer in layers]))
+        if first.bias is not None:
+            stacked.bias = nn.Parameter(torch.cat([layer.bias.detach() for layer in layers]))
+        return stacked
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         block_sums = x.unflatten(-1, (-1, self.group)).sum(-1)

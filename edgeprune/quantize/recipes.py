@@ -106,8 +106,8 @@ for _recipe in (
 # LiteRT at 4 bits: asymmetric blocks of 32 (a min and a step per block) run on XNNPACK's symmetric blockwise kernels
 # as a symmetric part plus per-block offsets (edgeprune/quantize/block_offsets.py), the codes made exact after
 # ai-edge-quantizer (edgeprune/export/litert_blocks.py); a language model's output layer stays at int8 per channel.
-# On SmolLM2-135M, whose weights come from a Q4_1 GGUF and so lie on such a grid, it verifies at cosine 0.995 with
-# +2.4 % perplexity over fp32, as litert-int8 does, in a 99.8 MB file against int8's 141.9 (ai-edge-quantizer's own
+# On SmolLM2-135M, whose weights come from a Q4_1 GGUF and so lie on such a grid, it verifies at cosine 0.996 with
+# +2.1 % perplexity over fp32, as litert-int8 does, in a 99.3 MB file against int8's 141.7 (ai-edge-quantizer's own
 # symmetric blocks: cosine 0.90, +37 %); it decodes no faster than int8 there (docs/FINDINGS.md). A decoder's rung
 # (hence `output_layer`: an encoder's ladder leaves it out); on MiniLM, whose weights lie on no grid, verification
 # refuses it (cosine 0.959; ai-edge-quantizer's symmetric blocks 0.944)
