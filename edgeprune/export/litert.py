@@ -226,8 +226,8 @@ def _quantize_blocks(float_path: Path, at_8_bits: Sequence[str] = ()) -> bytes:
     channel with int8 dynamic activations for every weight, the offsets' (a rows × blocks matrix applied to the block
     sums) included; 4-bit blocks of 32 for the symmetric parts, their codes then made exact. With int8 offsets a
     SmolLM2 decode step took 5.46 ms against 5.77 for fp16 ones, which XNNPACK widens to fp32 when it loads the
-    model, at the same perplexity (docs/FINDINGS.md, 2026-12-06, fourth session). A symmetric part the converter folded off its
-    grid is quantized again at int8 (`at_8_bits`: op scopes)."""
+    model, at the same perplexity (docs/FINDINGS.md, 2026-12-06, fourth session). A symmetric part the converter
+    folded off its grid is quantized again at int8 (`at_8_bits`: op scopes)."""
     from ai_edge_quantizer import quantizer
     from ai_edge_quantizer import recipe as aeq_recipes
 
