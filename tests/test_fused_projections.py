@@ -3,11 +3,17 @@ gate/up become one linear each, with the same outputs, and a LiteRT generator ca
 
 import copy
 
+import pytest
 import torch
 import torch.nn.functional as F
 
 from edgeprune.export import export
-from edgeprune.export.fused_projections import FusedProjection, ProjectionPart, fuse_projections
+from edgeprune.export.fused_projections import (
+    FusedProjection,
+    ProjectionPart,
+    fuse_projections,
+    projections_fused,
+)
 from edgeprune.quantize.block_offsets import BlockOffsetLinear, split_block_offsets
 from tests.test_generation import PREFILL, tiny_decoder
 
@@ -20,12 +26,12 @@ def ids() -> torch.Tensor:
 def test_fused_projections_compute_what_the_separate_linears_did():
     model = tiny_decoder()  # unevenly pruned: layer 0 keeps 4 query heads over 1 KV head
     fused = copy.deepcopy(model)
-    assert fuse_projections(fused) == 3 * 2  # q/k/v and gate/up in each of 3 layers
+    assert len(fuse_projections(fused)) == 3 * 5  # q, k, v, gate and up in each of 3 layers
     attention = fused.model.model.layers[0].self_attn
     assert isinstance(attention.q_proj, ProjectionPart) and attention.q_proj.shared is attention.v_proj.shared
     assert attention.q_proj.shared.fused.weight.shape == (16 + 4 + 4, 32)
     torch.testing.assert_close(fused(ids())[0], model(ids())[0], rtol=0, atol=1e-5)
-    assert fuse_projections(fused) == 0  # parts are not fused again
+    assert fuse_projections(fused) == []  # parts are not fused again
 
 
 @torch.no_grad()
@@ -39,7 +45,36 @@ def test_a_part_called_on_its_own_computes_its_own_rows():
     torch.testing.assert_close(mlp.up_proj(first), F.linear(first, up))
     torch.testing.assert_close(mlp.gate_proj(second), F.linear(second, gate))
     torch.testing.assert_close(mlp.up_proj(second), F.linear(second, up))
-    assert mlp.gate_proj.shared.last_input is None  # the last part called cleared what the shared one held
+    assert mlp.gate_proj.shared.last_input is None  # every part had its rows: the shared one holds nothing
+
+
+@torch.no_grad()
+def test_parts_called_in_any_order_compute_the_fused_layer_once():
+    model = tiny_decoder()
+    attention = model.model.model.layers[2].self_attn
+    weights = [attention.q_proj.weight.clone(), attention.k_proj.weight.clone(), attention.v_proj.weight.clone()]
+    fuse_projections(model)
+    shared = attention.q_proj.shared
+    calls = []
+    shared.fused.register_forward_hook(lambda *args: calls.append(1))
+    x = torch.randn(1, 3, 32)
+    for index, part in ((0, attention.q_proj), (2, attention.v_proj), (1, attention.k_proj)):
+        torch.testing.assert_close(part(x), F.linear(x, weights[index]))
+    assert len(calls) == 1 and shared.last_input is None
+    attention.q_proj(x)  # a part called alone keeps the result for the others, and a repeat computes it again
+    attention.q_proj(x)
+    assert len(calls) == 3 and shared.taken == {0}
+
+
+@torch.no_grad()
+def test_projections_fused_puts_the_models_own_linears_back():
+    model = tiny_decoder()
+    before = {name: module for name, module in model.named_modules() if isinstance(module, torch.nn.Linear)}
+    with projections_fused(model) as parts:
+        assert parts == 3 * 5
+        assert isinstance(model.model.model.layers[0].mlp.up_proj, ProjectionPart)
+    after = {name: module for name, module in model.named_modules() if isinstance(module, torch.nn.Linear)}
+    assert after.keys() == before.keys() and all(after[name] is before[name] for name in before)
 
 
 @torch.no_grad()
@@ -57,7 +92,8 @@ def test_split_4_bit_linears_stack_into_one_4_bit_linear_with_the_same_outputs()
 
 
 @torch.no_grad()
-def test_projections_with_biases_fuse_with_their_biases():
+@pytest.mark.parametrize("split", [False, True])
+def test_projections_with_biases_fuse_with_their_biases(split):
     from transformers import Qwen2Config, Qwen2ForCausalLM
 
     torch.manual_seed(0)
@@ -65,9 +101,13 @@ def test_projections_with_biases_fuse_with_their_biases():
                          num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=64)
     model = Qwen2ForCausalLM(config).eval()
     assert model.model.layers[0].self_attn.q_proj.bias is not None
+    if split:  # 4-bit split linears with biases, stacked with them
+        split_block_offsets(model, 32)
     tokens = torch.arange(12)[None] % 60
     before = model(tokens).logits
-    assert fuse_projections(model) == 2 * 2
+    assert len(fuse_projections(model)) == 2 * 5
+    fused = model.model.layers[0].self_attn.q_proj.shared.fused
+    assert isinstance(fused, BlockOffsetLinear) == split and fused.bias.shape == (32 + 16 + 16,)
     torch.testing.assert_close(model(tokens).logits, before, rtol=0, atol=1e-5)
 
 

@@ -64,7 +64,9 @@ def content_key(module: nn.Module, recipe: str | Recipe, example_inputs: tuple[t
     # what shapes a generator's program beside its weights (its cache length and attention path: the KV buffers are
     # not in the state_dict)
     options = module.program_options() if hasattr(module, "program_options") else {}
-    digest = hashlib.sha256(f"v4|{settings}|{json.dumps(options, sort_keys=True)}".encode())
+    # the leading version changes with what an exporter writes for the same inputs (v5: LiteRT generators fuse their
+    # projections, litert-int4's offsets are int8), so that a cached file of an older layout is not served
+    digest = hashlib.sha256(f"v5|{settings}|{json.dumps(options, sort_keys=True)}".encode())
     for shape_dtype in ((tuple(t.shape), str(t.dtype)) for t in example_inputs):
         digest.update(repr(shape_dtype).encode())
     for name, tensor in module.state_dict().items():

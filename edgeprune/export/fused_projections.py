@@ -14,7 +14,9 @@ whose later parts, called with that same input tensor, take their slice of that 
 input computes its own rows alone, so the result never depends on the order the model happens to call them in.
 """
 
-from collections.abc import Sequence
+import contextlib
+from collections.abc import Iterator, Sequence
+from typing import cast
 
 import torch
 from torch import nn
@@ -32,15 +34,23 @@ class FusedProjection(nn.Module):
         super().__init__()
         self.sizes = [linear.out_features for linear in linears]
         self.fused = stacked(linears)
+        self.forget()
+
+    def forget(self) -> None:
         self.last_input: torch.Tensor | None = None
         self.last_parts: tuple[torch.Tensor, ...] = ()
+        self.taken: set[int] = set()
 
     def part(self, x: torch.Tensor, index: int) -> torch.Tensor:
-        if index == 0 or self.last_input is not x:
+        """Rows `index` of the fused output for `x`: computed for every part at once, unless this is the same input
+        as the last call and that part has not been handed out yet."""
+        if self.last_input is not x or index in self.taken:
+            self.forget()
             self.last_input, self.last_parts = x, self.fused(x).split(self.sizes, dim=-1)
+        self.taken.add(index)
         output = self.last_parts[index]
-        if index == len(self.sizes) - 1:  # the last part hands its slice over: nothing is kept between calls
-            self.last_input, self.last_parts = None, ()
+        if len(self.taken) == len(self.sizes):  # every part has its rows: nothing is kept past the last
+            self.forget()
         return output
 
 
@@ -65,7 +75,7 @@ def stacked(linears: Sequence[nn.Linear]) -> nn.Linear:
     if len({linear.bias is None for linear in linears}) > 1:
         raise ValueError("only linears that all have a bias, or none, can be fused")
     if isinstance(first, BlockOffsetLinear):
-        return BlockOffsetLinear.stacked(linears)
+        return BlockOffsetLinear.stacked(cast(Sequence[BlockOffsetLinear], linears))
     weight = torch.cat([linear.weight.detach() for linear in linears])
     fused = nn.Linear(first.in_features, len(weight), bias=first.bias is not None, device=weight.device,
                       dtype=weight.dtype)
@@ -75,10 +85,11 @@ def stacked(linears: Sequence[nn.Linear]) -> nn.Linear:
     return fused
 
 
-def fuse_projections(model: nn.Module) -> int:
+def fuse_projections(model: nn.Module) -> list[tuple[nn.Module, str, nn.Linear]]:
     """In place: in every module of `model` holding all the linears of one of SHARED_INPUT_GROUPS (same kind, same
-    input width), those linears become parts of one fused projection. Returns how many groups were fused."""
-    fused = 0
+    input width), those linears become parts of one fused projection. Returns what was replaced, (module, name,
+    original linear), for `projections_fused` to put back."""
+    replaced = []
     for module in list(model.modules()):
         for names in SHARED_INPUT_GROUPS:
             linears = [getattr(module, name, None) for name in names]
@@ -88,7 +99,19 @@ def fuse_projections(model: nn.Module) -> int:
                 shared = FusedProjection(linears)
             except ValueError:
                 continue  # e.g. a pruned layer whose projections differ in kind: left as it is
-            for index, name in enumerate(names):
+            for index, (name, linear) in enumerate(zip(names, linears, strict=True)):
                 setattr(module, name, ProjectionPart(shared, index))
-            fused += 1
-    return fused
+                replaced.append((module, name, linear))
+    return replaced
+
+
+@contextlib.contextmanager
+def projections_fused(model: nn.Module) -> Iterator[int]:
+    """`model` with its projections fused (`fuse_projections`) inside the block, its own linears back after it: the
+    fused copies of the weights are the only memory it adds. Yields how many projections became parts."""
+    replaced = fuse_projections(model)
+    try:
+        yield len(replaced)
+    finally:
+        for module, name, linear in replaced:
+            setattr(module, name, linear)

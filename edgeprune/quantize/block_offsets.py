@@ -49,8 +49,8 @@ class BlockOffsetLinear(nn.Linear):
     def stacked(cls, layers: Sequence["BlockOffsetLinear"]) -> "BlockOffsetLinear":
         """One layer whose rows are `layers`' rows in order (one block width): symmetric parts, offsets and biases
         stacked alike. Each row's quantization is its own, so the stacked layer is each layer's quantization."""
-        if len({layer.group for layer in layers}) > 1:
-            raise ValueError("only 4-bit linears of one block width can be stacked")
+        if len({(layer.group, layer.in_features) for layer in layers}) > 1:
+            raise ValueError("only 4-bit linears of one block width and one input width can be stacked")
         first = layers[0]
         stacked = cls(nn.Linear(first.in_features, 1, bias=first.bias is not None, device=first.weight.device),
                       first.group)
