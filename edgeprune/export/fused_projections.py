@@ -11,7 +11,8 @@ is each original's.
 The model's own attention and MLP code still calls `q_proj(x)`, `k_proj(x)` and `v_proj(x)` one after the other:
 each becomes a `ProjectionPart` of one shared `FusedProjection`, whose first part called computes every row and
 whose later parts, called with that same input tensor, take their slice of that result. A part called with any other
-input computes its own rows alone, so the result never depends on the order the model happens to call them in.
+input, or a second time, computes the fused layer again, so the result never depends on the order the model happens
+to call them in; once every part has its rows, nothing is kept.
 """
 
 import contextlib
