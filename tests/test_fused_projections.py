@@ -127,3 +127,10 @@ def test_a_litert_generator_runs_one_fully_connected_per_fused_group(tmp_path):
     # per layer: q/k/v, o, gate/up, down; then the vocabulary projection
     assert len(fully_connected) == 3 * 4 + 1
     assert type(model.model.model.layers[0].self_attn.q_proj) is torch.nn.Linear  # the caller's model is untouched
+
+
+def test_a_4_bit_layer_from_its_parts_refuses_offsets_of_another_shape():
+    symmetric = torch.nn.Linear(64, 3)
+    assert BlockOffsetLinear(symmetric, 32, torch.zeros(3, 2)).block_offsets.weight.shape == (3, 2)
+    with pytest.raises(ValueError, match="offsets of shape"):
+        BlockOffsetLinear(symmetric, 32, torch.zeros(3, 1))

@@ -68,22 +68,26 @@ class ProjectionPart(nn.Module):
 
 
 def stacked(linears: Sequence[nn.Linear]) -> nn.Linear:
-    """One layer whose rows are `linears`' rows in order: an nn.Linear, or a BlockOffsetLinear (`stacked` there)."""
+    """One layer whose rows are `linears`' rows in order: an nn.Linear, or a BlockOffsetLinear whose symmetric parts
+    and offsets are stacked alike (each row's 4-bit quantization is its own)."""
     first = linears[0]
     if len({type(linear) for linear in linears}) > 1 or {linear.in_features for linear in linears} != {
             first.in_features}:
         raise ValueError("only linears of one kind and one input width can be fused")
     if len({linear.bias is None for linear in linears}) > 1:
         raise ValueError("only linears that all have a bias, or none, can be fused")
-    if isinstance(first, BlockOffsetLinear):
-        return BlockOffsetLinear.stacked(cast(Sequence[BlockOffsetLinear], linears))
     weight = torch.cat([linear.weight.detach() for linear in linears])
     fused = nn.Linear(first.in_features, len(weight), bias=first.bias is not None, device=weight.device,
                       dtype=weight.dtype)
     fused.weight = nn.Parameter(weight)
     if first.bias is not None:
         fused.bias = nn.Parameter(torch.cat([linear.bias.detach() for linear in linears]))
-    return fused
+    if not isinstance(first, BlockOffsetLinear):
+        return fused
+    split = cast(Sequence[BlockOffsetLinear], linears)
+    if len({linear.group for linear in split}) > 1:
+        raise ValueError("only 4-bit linears of one block width can be fused")
+    return BlockOffsetLinear(fused, first.group, torch.cat([linear.block_offsets.weight.detach() for linear in split]))
 
 
 def fuse_projections(model: nn.Module) -> list[tuple[nn.Module, str, nn.Linear]]:

@@ -15,7 +15,7 @@ come from a Q4_1 GGUF, i.e. already lie on an asymmetric grid of blocks of 32 (d
 session). On any other model they are the better 4-bit grid of the two.
 """
 
-from collections.abc import Collection, Sequence
+from collections.abc import Collection
 
 import torch
 import torch.nn.functional as F
@@ -32,37 +32,25 @@ class BlockOffsetLinear(nn.Linear):
     input columns), and whose child `block_offsets` (rows × blocks) adds each block's offset lo + 8·d times the sum
     of that block's inputs. Still an nn.Linear, so model adapters and surgery see the layer they know."""
 
-    def __init__(self, linear: nn.Linear, group: int) -> None:
+    def __init__(self, linear: nn.Linear, group: int, offsets: torch.Tensor | None = None) -> None:
+        """`linear` quantized to asymmetric 4-bit blocks of `group` and split; or, with `offsets` (rows × blocks),
+        `linear`'s weight taken as the symmetric part as it is (parts split already, e.g. stacked by rows)."""
         rows, cols = linear.weight.shape
         if cols % group:
             raise ValueError(f"a linear of {cols} inputs has no whole blocks of {group}")
         super().__init__(cols, rows, bias=linear.bias is not None, device=linear.weight.device)
-        symmetric, offsets = asymmetric_blocks(linear.weight.detach().float(), group)
+        if offsets is None:
+            symmetric, offsets = asymmetric_blocks(linear.weight.detach().float(), group)
+        else:
+            symmetric = linear.weight.detach().float()
+        if offsets.shape != (rows, cols // group):
+            raise ValueError(f"offsets of shape {tuple(offsets.shape)} for {rows} rows of {cols // group} blocks")
         self.group = group
         self.weight = nn.Parameter(symmetric)
         if linear.bias is not None:
             self.bias = nn.Parameter(linear.bias.detach().float().clone())
         self.block_offsets = nn.Linear(cols // group, rows, bias=False, device=linear.weight.device)
         self.block_offsets.weight = nn.Parameter(offsets)
-
-    @classmethod
-    def stacked(cls, layers: Sequence["BlockOffsetLinear"]) -> "BlockOffsetLinear":
-        """One layer whose rows are `layers`' rows in order (one block width): symmetric parts, offsets and biases
-        stacked alike. Each row's quantization is its own, so the stacked layer is each layer's quantization."""
-        if len({(layer.group, layer.in_features) for layer in layers}) > 1:
-            raise ValueError("only 4-bit linears of one block width and one input width can be stacked")
-        first = layers[0]
-        stacked = cls(nn.Linear(first.in_features, 1, bias=first.bias is not None, device=first.weight.device),
-                      first.group)
-        stacked.out_features = sum(layer.out_features for layer in layers)
-        stacked.weight = nn.Parameter(torch.cat([layer.weight.detach() for layer in layers]))
-        stacked.block_offsets = nn.Linear(first.in_features // first.group, stacked.out_features, bias=False,
-                                          device=first.weight.device)
-        stacked.block_offsets.weight = nn.Parameter(torch.cat([layer.block_offsets.weight.detach()
-                                                               for layer in layers]))
-        if first.bias is not None:
-            stacked.bias = nn.Parameter(torch.cat([layer.bias.detach() for layer in layers]))
-        return stacked
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         block_sums = x.unflatten(-1, (-1, self.group)).sum(-1)
