@@ -65,7 +65,8 @@ def main() -> int:
             suffix = ".pte" if recipe.runtime == "executorch" else ".tflite"
             path = work / f"{name}-{label.replace('%', '').replace(',', '').replace(' ', '-')}{suffix}"
             started = time.perf_counter()
-            artifact = export(model, example, path, recipe, calibration=calibration if recipe.calibrated else None,
+            artifact = export(model, example, path, recipe,
+                              calibration=calibration if recipe.needs_calibration else None,
                               verify_on=verify_inputs, name=name, keep_rejected=True)
             export_s = time.perf_counter() - started  # quantizing (and calibrating) and verifying included
             if label == "dense":

@@ -95,8 +95,12 @@ def test_codes_are_exact_for_a_grid_and_off_grid_weights_are_refused():
     weight = (codes * np.repeat(scales, GROUP, axis=1)).astype(np.float32)
     found, found_scales = exact_codes(weight, "w")
     assert np.array_equal(found, codes) and np.allclose(found_scales, scales)
-    with pytest.raises(VerificationError, match="'w' is not on a 4-bit grid"):
+    with pytest.raises(VerificationError, match="'w' is off a 4-bit grid"):
         exact_codes(weight + 0.3 * np.repeat(scales, GROUP, axis=1), "w")
+    # a block whose codes stop short of −8 (GPTQ's may): its own step, found as max|w| / 7 here
+    short = np.clip(codes, -7, 7)
+    found, found_scales = exact_codes((short * np.repeat(scales, GROUP, axis=1)).astype(np.float32), "w")
+    assert np.array_equal(found, short) and np.allclose(found_scales, scales)
     assert pack_int4(np.array([1, -2, 7, -8])) == bytes([0xE1, 0x87])  # the first code in the low nibble
 
 

@@ -35,7 +35,7 @@ def test_a_calibrated_recipe_refuses_to_run_without_calibration_inputs(name):
     recipe = any_recipe(name)
     assert recipe.calibrated and not any(RECIPES.get(other).calibrated for other in RECIPES.names()
                                          if other not in STATIC)
-    with pytest.raises(UserInputError, match=f"recipe '{name}' calibrates activation ranges and needs calibration"):
+    with pytest.raises(UserInputError, match=f"recipe '{name}' calibrates on real task inputs and needs them"):
         quantize(_model(), recipe)
     with pytest.raises(UserInputError, match="must share the exported input shape; got 2 different shapes"):
         quantize(_model(), recipe, _inputs(2) + _inputs(1, length=16))

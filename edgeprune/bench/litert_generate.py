@@ -77,17 +77,23 @@ class CachedGenerator:
             raise ValueError("its decode signature is not the interpreter's first subgraph (a LiteRT generator "
                              "exported before edgeprune 2026-12-06); export it again")
         self.caches = [name for name in self.inputs if "_cache_" in name]
-        for name in self.caches:  # finite from the start: a masked slot's value still meets a zero weight
-            interpreter.tensor(self.inputs[name])()[...] = 0
+        # the accessors `tensor()` returns, made once (a decode step would otherwise make 120 of them): holding an
+        # accessor is allowed, only the arrays it returns must be dropped before `invoke()`
+        tensor = interpreter.tensor
+        self.token_slot, self.position_slot = tensor(self.inputs["input_ids"]), tensor(self.inputs["input_pos"])
+        self.logits_slot = tensor(self.outputs["logits"])
+        self.cache_slots = [(tensor(self.inputs[name]), tensor(self.outputs[new_rows(name)])) for name in self.caches]
+        for cache, _ in self.cache_slots:  # finite from the start: a masked slot's value still meets a zero weight
+            cache()[...] = 0
 
     def decode(self, token: int, position: int):  # noqa: ANN201 - logits [vocab]
-        tensor = self.interpreter.tensor
-        tensor(self.inputs["input_ids"])()[...] = token
-        tensor(self.inputs["input_pos"])()[...] = position
+        self.token_slot()[...] = token
+        self.position_slot()[...] = position
         self.interpreter.invoke()
-        for name in self.caches:  # k_cache_L gets the call's row k_new_L at its position
-            tensor(self.inputs[name])()[:, :, position:position + 1] = tensor(self.outputs[new_rows(name)])()
-        return tensor(self.outputs["logits"])()[0, 0].copy()
+        row = slice(position, position + 1)
+        for cache, new in self.cache_slots:  # k_cache_L gets the call's row k_new_L at its position
+            cache()[:, :, row] = new()
+        return self.logits_slot()[0, 0].copy()
 
     def prefill_chunk(self, ids: list, start: int):  # noqa: ANN201 - logits [len(ids), vocab]
         np, tensor = self.np, self.interpreter.tensor

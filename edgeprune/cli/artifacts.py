@@ -126,7 +126,7 @@ def _calibration(task: "Task", recipe: "Recipe") -> list | None:
     """Real inputs of the calibration split for recipes that calibrate activation ranges."""
     from edgeprune.quantize import CALIBRATION_EXAMPLES
 
-    return task.example_inputs("calibration", CALIBRATION_EXAMPLES) if recipe.calibrated else None
+    return task.example_inputs("calibration", CALIBRATION_EXAMPLES) if recipe.needs_calibration else None
 
 
 def run_export(args: SimpleNamespace) -> int:

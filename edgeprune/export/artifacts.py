@@ -54,8 +54,10 @@ class ExportJob:
     cache_file: Path
 
 
-def content_key(module: nn.Module, recipe: str | Recipe, example_inputs: tuple[torch.Tensor, ...]) -> str:
-    """Hash of every weight (of the float module), the recipe's whole configuration and the input signature.
+def content_key(module: nn.Module, recipe: str | Recipe, example_inputs: tuple[torch.Tensor, ...],
+                calibration: Sequence[tuple[torch.Tensor, ...]] | None = None) -> str:
+    """Hash of every weight (of the float module), the recipe's whole configuration, the input signature and, for a
+    recipe that calibrates, the calibration inputs themselves (other data, other artifact).
 
     Every setting of the recipe is in the key (its group size, tolerance, formats...), not only its name, so a recipe
     changed under the same name misses the cache; the exporters' versions are checked by the entry's cache record.
@@ -69,6 +71,8 @@ def content_key(module: nn.Module, recipe: str | Recipe, example_inputs: tuple[t
     digest = hashlib.sha256(f"v5|{settings}|{json.dumps(options, sort_keys=True)}".encode())
     for shape_dtype in ((tuple(t.shape), str(t.dtype)) for t in example_inputs):
         digest.update(repr(shape_dtype).encode())
+    for tensor in (t for batch in calibration or () for t in batch):
+        digest.update(tensor.detach().contiguous().cpu().view(-1).view(torch.uint8).numpy().tobytes())
     for name, tensor in module.state_dict().items():
         digest.update(name.encode())
         digest.update(repr((tuple(tensor.shape), str(tensor.dtype))).encode())

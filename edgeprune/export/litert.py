@@ -20,6 +20,7 @@ from torch import nn
 from edgeprune.errors import VerificationError
 from edgeprune.export.base import DeviceRuntime, RunArtifact
 from edgeprune.export.litert_blocks import rewrite_block_codes
+from edgeprune.export.litert_buffers import share_identical_buffers
 from edgeprune.export.litert_generator import (
     METADATA_NAME,
     PREFILL,
@@ -112,6 +113,8 @@ class LiteRTRuntime(DeviceRuntime):
                 if recipe.litert_quantization is None:
                     return float_path.read_bytes()
                 data = _quantize(float_path, recipe)
+                if recipe.output_layer_calibrated:  # its embedding lookup reads the output layer's bytes
+                    data, _ = share_identical_buffers(data)
                 if read_metadata(data) != spec.metadata:
                     raise VerificationError(f"{recipe.name} lost the generator's metadata while quantizing")
                 return data
@@ -126,7 +129,8 @@ class LiteRTRuntime(DeviceRuntime):
             litert_torch.convert(module, example_inputs).export(str(float_path))
             if recipe.litert_quantization is None:
                 return float_path.read_bytes()
-            return _quantize(float_path, recipe)
+            data = _quantize(float_path, recipe)
+            return share_identical_buffers(data)[0] if recipe.output_layer_calibrated else data
 
     def load(self, path: Path, threads: int | None = None) -> RunArtifact:
         constants = read_metadata_at(Path(path))

@@ -3,7 +3,8 @@
 ai-edge-quantizer's symmetric blockwise scheme takes a block's scale as max|w| / 7 and rounds every weight to it
 (ai_edge_quantizer/algorithms/uniform_quantize/uniform_quantize_tensor.py). The symmetric part of an asymmetric
 block (edgeprune/quantize/block_offsets.py) holds d·k with k in −8..7 and its minimum at −8·d: its exact codes are
-k at the scale d = max|w| / 8, which that rule never picks. So after quantizing, every blockwise 4-bit weight of a
+k at the scale d = max|w| / 8, which that rule never picks (or max|w| / m for a block whose codes stop short of −8,
+as GPTQ's may: `block_offsets.block_codes`). So after quantizing, every blockwise 4-bit weight of a
 FULLY_CONNECTED is rewritten from its float original: codes k, scale d (rounded to bfloat16, as the quantizer
 stores its own: XNNPACK's blockwise kernels read bf16 scales). The byte layout stays the quantizer's: signed
 codes two to a byte, the first in the low nibble, one fp16 scale per block, rows × blocks.
@@ -17,6 +18,7 @@ import ml_dtypes
 import numpy as np
 
 from edgeprune.errors import VerificationError
+from edgeprune.quantize.block_offsets import block_codes
 
 BLOCK = 32  # ai-edge-quantizer's dynamic_wi4b32: 32 input columns per scale
 GRID_TOLERANCE = 1e-5  # worst |code·d − w| relative to the block's d: float rounding of d·k, nothing more
@@ -86,16 +88,10 @@ def op_scope(graph, operator) -> str:  # noqa: ANN001 - flatbuffer tables
 
 def exact_codes(weight: np.ndarray, name: str) -> tuple[np.ndarray, np.ndarray]:
     """Codes (−8..7, int8) and scales (rows × blocks) that represent `weight` [rows, cols] exactly."""
-    rows, cols = weight.shape
-    blocks = weight.reshape(rows, cols // BLOCK, BLOCK)
-    scales = np.abs(blocks).max(-1) / 8
-    safe = np.where(scales > 0, scales, 1.0).astype(np.float32)
-    codes = np.clip(np.rint(blocks / safe[..., None]), -8, 7)
-    error = np.abs(codes * safe[..., None] - blocks).max(-1) / safe
-    if error.max(initial=0.0) > GRID_TOLERANCE:
-        raise VerificationError(f"litert-int4: weight {name!r} is not on a 4-bit grid of blocks of {BLOCK} (off by "
-                                f"{error.max():.3g} of a step)")
-    return codes.astype(np.int8).reshape(rows, cols), safe
+    try:
+        return block_codes(weight, BLOCK, GRID_TOLERANCE)
+    except ValueError as error:
+        raise VerificationError(f"litert-int4: weight {name!r} is {error}") from None
 
 
 def pack_int4(codes: np.ndarray) -> bytes:

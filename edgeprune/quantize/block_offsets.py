@@ -17,6 +17,7 @@ session). On any other model they are the better 4-bit grid of the two.
 
 from collections.abc import Collection
 
+import numpy as np
 import torch
 import torch.nn.functional as F
 from torch import nn
@@ -76,6 +77,33 @@ def asymmetric_blocks(weight: torch.Tensor, group: int) -> tuple[torch.Tensor, t
     codes = torch.round((blocks - low[..., None]) / safe[..., None]).clamp(0, LEVELS)
     symmetric = (step[..., None] * (codes - SHIFT)).reshape(rows, cols)
     return symmetric, low + SHIFT * step
+
+
+def block_codes(symmetric: np.ndarray, group: int, tolerance: float) -> tuple[np.ndarray, np.ndarray]:
+    """Codes k (−8..7, int8) and steps d (rows × blocks, float32) with k·d = `symmetric` [rows, cols], a symmetric part
+    of asymmetric blocks of `group`, within `tolerance` of a step. Min/max blocks (`asymmetric_blocks`) hold their
+    minimum at −8·d, so d = max|w| / 8; a block quantized by GPTQ (edgeprune/quantize/gptq.py) may use fewer codes
+    (say −7..6): d = max|w| / m for the largest m in 8..1 that reproduces it. ValueError, naming the worst error in
+    steps, when no m does."""
+    rows, cols = symmetric.shape
+    blocks = symmetric.reshape(rows, cols // group, group).astype(np.float32)
+    largest = np.abs(blocks).max(-1)
+    steps = np.ones_like(largest)  # an all-zero block: codes 0 at any step
+    found = largest == 0
+    first_error = None  # at m = 8, for the message
+    for widest in range(SHIFT, 0, -1):  # the finest step first
+        candidate = np.where(largest > 0, largest / widest, 1.0).astype(np.float32)
+        codes = np.clip(np.rint(blocks / candidate[..., None]), -SHIFT, SHIFT - 1)
+        error = np.abs(codes * candidate[..., None] - blocks).max(-1) / candidate
+        first_error = error if first_error is None else first_error
+        fits = (error <= tolerance) & ~found
+        steps, found = np.where(fits, candidate, steps), found | fits
+        if found.all():
+            break
+    if not found.all():
+        raise ValueError(f"off a 4-bit grid of blocks of {group} by {first_error.max():.3g} of a step")
+    codes = np.clip(np.rint(blocks / steps[..., None]), -SHIFT, SHIFT - 1).astype(np.int8)
+    return codes.reshape(rows, cols), steps
 
 
 def quantized_blocks(weight: torch.Tensor, group: int) -> torch.Tensor:

@@ -12,6 +12,7 @@ from edgeprune.errors import UserInputError
 from edgeprune.plugins import RUNTIMES_GROUP
 from edgeprune.quantize.formats import FORMATS, output_layer
 from edgeprune.quantize.static_int8 import Inputs, check_calibration, quantize_static
+from edgeprune.quantize.tied_output import quantize_output_layer
 from edgeprune.registry import Registry
 from edgeprune.runtimes import RUNTIMES, EachRuntime
 
@@ -39,6 +40,9 @@ class Recipe:
     # a language model's output layer (edgeprune/quantize/formats.py `output_layer`) in its own format; None: as the
     # linears. At 4 bits the vocabulary projection costs a decoder most of its quality (docs/FINDINGS.md)
     output_layer: FormatName | None = None
+    # the output layer quantized to asymmetric 4-bit blocks of 32 by GPTQ on calibration inputs, and an embedding
+    # table tied to it reading the same codes (edgeprune/quantize/tied_output.py): `apply` needs calibration
+    output_layer_calibrated: bool = False
 
     def apply(self, model: nn.Module, calibration: Sequence[Inputs] | None = None) -> nn.Module:
         """The PyTorch module this recipe exports (a quantized copy; the original is left untouched): each of its
@@ -47,8 +51,10 @@ class Recipe:
         `calibration`: real task inputs at the export shape, required by (and only read by) calibrated
         recipes, e.g. `task.example_inputs("calibration", CALIBRATION_EXAMPLES)`.
         """
-        batches = check_calibration(self.name, calibration) if self.calibrated else []
+        batches = check_calibration(self.name, calibration) if self.needs_calibration else []
         quantized = copy.deepcopy(model).eval()
+        if self.output_layer_calibrated:
+            quantize_output_layer(quantized, batches, self.group_size)
         if not self.quantized_in_pytorch:
             return quantized
         FORMATS.get(self.embedding).quantize_tables(quantized)
@@ -65,6 +71,11 @@ class Recipe:
         input width (a narrower or odd width stays at 8 bits)."""
         return isinstance(module, nn.Linear) and FORMATS.get(self.linear).stores_grouped(module.in_features,
                                                                                          self.group_size)
+
+    @property
+    def needs_calibration(self) -> bool:
+        """True when `apply` needs real task inputs: calibrated activation ranges, or a calibrated output layer."""
+        return self.calibrated or self.output_layer_calibrated
 
     @property
     def quantized_in_pytorch(self) -> bool:
@@ -116,6 +127,14 @@ LITERT_INT4 = Recipe("litert-int4", "litert", "int4", "int8", 0.99,
                      "with int8 activations quantized at run time; the output layer and the rest int8 per channel",
                      "dynamic-int4", output_layer="int8")
 RECIPES.register(LITERT_INT4.name)(LITERT_INT4)
+# litert-int4 with the output layer at 4 bits too: placed by GPTQ on calibration text, its tied embedding table
+# reading the same codes (edgeprune/quantize/tied_output.py). On SmolLM2 the output layer was 16 % of a decode step
+# at int8; rounded to 4 bits it cost +6.7 % perplexity, placed by GPTQ +1.4 % (docs/FINDINGS.md)
+LITERT_INT4_ALL = Recipe("litert-int4-all", "litert", "int4", "int4", 0.99,
+                         "litert-int4 with the output layer at 4 bits as well (asymmetric blocks of 32 placed by GPTQ "
+                         "on calibration text) and the embedding table tied to it reading the same codes",
+                         "dynamic-int4", output_layer="int4", output_layer_calibrated=True)
+RECIPES.register(LITERT_INT4_ALL.name)(LITERT_INT4_ALL)
 
 # Calibrated static int8: offered by name (never in a fit ladder) and guarded by verification like every recipe.
 # On MiniLM both are rejected there (cosine 0.967 / 0.973 < 0.99, about -2 points accuracy; docs/FINDINGS.md):

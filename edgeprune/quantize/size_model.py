@@ -16,6 +16,7 @@ from torch import nn
 
 from edgeprune.quantize.formats import FORMATS, output_layer
 from edgeprune.quantize.recipes import Recipe
+from edgeprune.quantize.tied_output import TIED_BLOCK_BYTES, TIED_ROW_BYTES
 from edgeprune.runtimes import RUNTIMES
 
 
@@ -56,10 +57,15 @@ def payload_bytes(model: "nn.Module | ParameterLayout", recipe: Recipe) -> int:
     linear, table = FORMATS.get(recipe.linear), FORMATS.get(recipe.embedding)
     head = FORMATS.get(recipe.output_layer or recipe.linear)
     total = 0.0
+    # a calibrated output layer's tied table reads the layer's own codes, and adds steps and offsets of its own
+    tied_table = next(((rows, cols) for kind, rows, cols in layout.matrices if kind == "output"), None) \
+        if layout.tied_output and recipe.output_layer_calibrated else None
     for kind, rows, cols in layout.matrices:
-        if kind == "output" and layout.tied_output and runtime.stores_tied_weights_once:
+        if kind == "output" and layout.tied_output and runtime.stores_tied_weights_once and tied_table is None:
             continue  # the table's bytes, counted with the embedding
-        if kind != "embedding":
+        if kind == "embedding" and (rows, cols) == tied_table:
+            total += rows * (-(-cols // recipe.group_size) * TIED_BLOCK_BYTES + TIED_ROW_BYTES)
+        elif kind != "embedding":
             total += (head if kind == "output" else linear).linear_bytes(rows, cols, runtime, recipe.group_size)
         else:
             total += table.table_bytes(rows, cols, runtime, recipe.embeddings_quantized_in_pytorch)

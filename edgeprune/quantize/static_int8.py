@@ -23,7 +23,7 @@ def check_calibration(recipe_name: str, calibration: Sequence[Inputs] | None) ->
     """The calibration inputs as a list, refused when missing or of mixed shapes (export fixes one shape)."""
     batches = list(calibration or ())
     if not batches:
-        raise UserInputError(f"recipe {recipe_name!r} calibrates activation ranges and needs calibration inputs: "
+        raise UserInputError(f"recipe {recipe_name!r} calibrates on real task inputs and needs them: "
                              f"pass calibration=[(input_ids, attention_mask), ...] of real task inputs, e.g. "
                              f"task.example_inputs('calibration', 32)")
     shapes = {tuple(tuple(t.shape) for t in batch) for batch in batches}

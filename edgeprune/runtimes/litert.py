@@ -11,7 +11,8 @@ LITERT = RuntimeSpec(
     extra="litert",
     implementation="edgeprune.export.litert:LiteRTRuntime",
     fp32_recipe="litert-fp32",
-    fit_ladder=("litert-fp16", "litert-int8", "litert-int4"),  # litert-int4: decoders only (its output_layer)
+    # litert-int4 and litert-int4-all: decoders only (they set an output_layer)
+    fit_ladder=("litert-fp16", "litert-int8", "litert-int4", "litert-int4-all"),
     # fp16 and dynamic-range int8 quantize the converted flatbuffer (ai-edge-quantizer), so their PyTorch source
     # stays fp32 (ai-edge-quantizer's calibrated static_wi8_ai8 was rejected on MiniLM: docs/FINDINGS.md)
     quantizes_in_pytorch=False,

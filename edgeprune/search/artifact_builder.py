@@ -43,7 +43,7 @@ class ArtifactBuilder:
 
     def calibration(self, recipe: Recipe, trimmed: bool) -> list[tuple[torch.Tensor, ...]] | None:
         """Real calibration inputs, as the artifact takes them, for a calibrated recipe; None otherwise."""
-        if not recipe.calibrated:
+        if not recipe.needs_calibration:
             return None
         return [self.remap(i, trimmed) for i in self.task.example_inputs("calibration", CALIBRATION_EXAMPLES)]
 
@@ -55,11 +55,12 @@ class ArtifactBuilder:
         facts = self.facts
         predicted = facts.size_model.predict(model, recipe)
         example = self.remap(facts.example, trimmed)
-        key = content_key(model, recipe, example)
+        calibration = self.calibration(recipe, trimmed)
+        key = content_key(model, recipe, example, calibration)
         self.progress.note(f"{label}: {recipe.name}, {shape.describe()}: quantize, export, verify "
                            f"({elapsed_text(self.started)} into the search)")
         exported = export(model, example, self.work / file_name, recipe, self.task.cache_dir / "exports", key,
-                          self.calibration(recipe, trimmed), name=f"{label} ({recipe.name})",
+                          calibration, name=f"{label} ({recipe.name})",
                           verify_on=[self.remap(i, trimmed) for i in self.verify_inputs])
         if observe:
             facts.learn_size(recipe, shape, exported.size_bytes, model)

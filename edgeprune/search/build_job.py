@@ -92,7 +92,8 @@ class BuildJob:
             if self.vocabulary is not None:  # recovered at the full vocabulary (the teacher's inputs), trimmed after
                 module = trim_vocabulary(module, self.vocabulary)
         file_name = job.cache_file.name if self.recovery is None else (
-            f"{content_key(module, job.recipe, job.example_inputs)}{RUNTIMES.get(job.recipe.runtime).suffix}")
+            f"{content_key(module, job.recipe, job.example_inputs, job.calibration)}"
+            f"{RUNTIMES.get(job.recipe.runtime).suffix}")
         with tempfile.TemporaryDirectory(prefix="edgeprune-build-") as folder:
             path = Path(folder) / file_name
             try:

@@ -229,11 +229,11 @@ class CandidateBuilder:
                                       exports / f"recovered{suffix}"),  # named after recovery, by its weights
                             verify_on, vocabulary, name, RecoverySpec(self.options, parent, torch.get_num_threads()))
         model = self.candidate_model(shape)
-        target = exports / f"{content_key(model, recipe, example)}{suffix}"
+        inputs = calibration(recipe, trimmed)
+        target = exports / f"{content_key(model, recipe, example, inputs)}{suffix}"
         if target.exists():
             return None
-        return BuildJob(ExportJob(model, example, recipe, calibration(recipe, trimmed), target), verify_on,
-                        vocabulary, name)
+        return BuildJob(ExportJob(model, example, recipe, inputs, target), verify_on, vocabulary, name)
 
     def build(self, shape: Shape, recipe: Recipe, file_name: str, label: str,
               baseline: bool = False, recover: bool = True) -> BuiltArtifact:

@@ -61,11 +61,11 @@ def _suggestions(candidates: list[BuiltArtifact], budget: Budget, binding: list[
         for check in candidate.checks:
             checks.setdefault(check.name, []).append(check)
     tried = {candidate.recipe.name for candidate in candidates}
-    # the smallest 4-bit recipe (the last registered) of each runtime the fit built for: ExecuTorch's int4, LiteRT's
-    # litert-int4; offered when not tried yet
+    # the smallest 4-bit recipe (the last registered) of each runtime the fit built for that needs no calibration
+    # inputs: ExecuTorch's int4, LiteRT's litert-int4; offered when not tried yet
     runtimes = {candidate.recipe.runtime for candidate in candidates}
     smallest = {recipe.runtime: recipe.name for recipe in RECIPES.members.values()
-                if recipe.runtime in runtimes and recipe.linear == "int4" and not recipe.calibrated}
+                if recipe.runtime in runtimes and recipe.linear == "int4" and not recipe.needs_calibration}
     untried = [recipe_name for recipe_name in smallest.values() if recipe_name not in tried]
     for name in binding:
         kind = checks[name][0].kind if name in checks else "quality"
