@@ -10,7 +10,8 @@ Rows (engine, weights, file MB, prefill tokens/s at a 128-token prompt (pp128), 
 2. llama.cpp Q8_0: the dequantized HF folder of `smollm2-bbc` converted by llama.cpp's `convert_hf_to_gguf.py`.
 3. edgeprune dense: the teacher exported with the recipes and attention paths of DENSE_ROWS (ExecuTorch fp32;
    int4-linear with the portable and the fast attention; int4-decoder, int4-linear with an int8 output layer;
-   LiteRT int4 (asymmetric blocks of 32, the output layer at int8), int8 and fp16, whose prefill and decode
+   LiteRT int4 (asymmetric blocks of 32, the output layer at int8), int4-all (the output layer at 4 bits too,
+   placed by GPTQ), int8 and fp16, whose prefill and decode
    signatures take the cache as state), or those `--rows` names.
 4. edgeprune fitted: `--fitted`, a `.pte` or `.tflite` that `edgeprune fit --task smollm2-bbc ...` shipped (skipped
    without it).
@@ -56,7 +57,8 @@ TOKENS = 128  # prompt tokens (pp) and generated tokens (tg), and the perplexity
 CONTEXT = 2 * TOKENS  # the dense programs' cache slots by default: a pp128 prompt and tg128's tokens
 # the dense edgeprune rows: (recipe, attention path of the program: generation/fast_attention.py)
 DENSE_ROWS = (("fp32", "fast"), ("int4-linear", "portable"), ("int4-linear", "fast"), ("int4-decoder", "fast"),
-              ("litert-int4", "portable"), ("litert-int8", "portable"), ("litert-fp16", "portable"))
+              ("litert-int4", "portable"), ("litert-int4-all", "portable"), ("litert-int8", "portable"),
+              ("litert-fp16", "portable"))
 PPL_LINE = re.compile(r"Final estimate: PPL = ([0-9.]+)(?: \+/- ([0-9.]+))?")
 
 
@@ -254,7 +256,7 @@ def main() -> int:
 
     from edgeprune.export import export
     from edgeprune.models.classifier import CausalLMLogits
-    from edgeprune.quantize import RECIPES
+    from edgeprune.quantize import CALIBRATION_EXAMPLES, RECIPES
     from edgeprune.runtimes import RUNTIMES
     from edgeprune.tasks import bundled_task
 
@@ -287,7 +289,9 @@ def main() -> int:
             runtime = RECIPES.get(recipe).runtime
             path = scratch / f"smollm2-{recipe}-{attention}{RUNTIMES.get(runtime).suffix}"
             generator = CausalLMLogits(teacher.model.model, teacher.model.context, attention).eval()
-            artifact = export(generator, example[0], path, recipe, verify_on=example)
+            calibration = task.example_inputs("calibration", CALIBRATION_EXAMPLES) \
+                if RECIPES.get(recipe).needs_calibration else None
+            artifact = export(generator, example[0], path, recipe, calibration=calibration, verify_on=example)
             rows.append({"engine": f"edgeprune {runtime} ({attention})", "weights": f"dense {recipe}",
                          "file": path.name,
                          "file_mb": file_mb(path), "export_s": artifact.export_seconds, "attention": attention,
