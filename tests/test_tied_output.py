@@ -5,7 +5,7 @@ import pytest
 import torch
 
 from edgeprune.errors import UserInputError
-from edgeprune.export import export, load_artifact
+from edgeprune.export import content_key, export, export_prepared, load_artifact
 from edgeprune.export.litert_blocks import pack_int4
 from edgeprune.export.litert_buffers import share_identical_buffers
 from edgeprune.generation.runner import Generator
@@ -177,3 +177,92 @@ def buffer_bytes(path) -> int:
 
     model = schema.Model.GetRootAs(path.read_bytes(), 0)
     return sum(model.Buffers(i).DataLength() for i in range(model.BuffersLength()))
+
+
+def with_weights_past_the_flatbuffer(data: bytes) -> bytes:
+    """`data` rewritten the way ai-edge-quantizer writes a large model: every buffer's bytes after the flatbuffer,
+    at an offset (16-byte aligned), the flatbuffer holding only (offset, size)."""
+    import flatbuffers
+    from ai_edge_litert import schema_py_generated as schema
+
+    model = schema.ModelT.InitFromPackedBuf(bytearray(data), 0)
+    payloads = []
+    for buffer in model.buffers:
+        payloads.append(None if buffer.data is None else np.asarray(buffer.data, np.uint8).tobytes())
+        if buffer.data is not None:
+            buffer.data, buffer.offset, buffer.size = None, 2, len(payloads[-1])  # placeholders: same table size
+
+    def pack() -> bytes:
+        builder = flatbuffers.Builder(1024)
+        builder.Finish(model.Pack(builder), file_identifier=b"TFL3")
+        return bytes(builder.Output())
+
+    position = -(-len(pack()) // 16) * 16
+    tail = bytearray()
+    for buffer, payload in zip(model.buffers, payloads, strict=True):
+        if payload is not None:
+            buffer.offset = position + len(tail)
+            tail += payload + bytes(-len(payload) % 16)
+    head = pack()
+    assert len(head) <= position
+    return head + bytes(position - len(head)) + bytes(tail)
+
+
+def test_repeated_buffers_past_the_flatbuffer_are_taken_in_and_shared(tmp_path):
+    from ai_edge_litert.interpreter import Interpreter
+
+    model = tied_decoder(vocab=2048)
+    example = (torch.arange(PREFILL)[None] % 90 + 3, torch.arange(PREFILL))
+    recipe = RECIPES.get("litert-int4-all")
+    artifact = export_prepared(recipe.apply(model, calibration()), example, tmp_path / "shared.tflite", recipe)
+    shared = artifact.path.read_bytes()
+    # the same model with its weights past the flatbuffer and the codes twice: what the quantizer hands over
+    spread = with_weights_past_the_flatbuffer(duplicate_first_shared_buffer(shared))
+    taken_in, saved = share_identical_buffers(spread)
+    assert saved == 2048 * 32  # the int8 pairs: one copy of the 4-bit codes again
+    for data in (spread, taken_in):
+        path = tmp_path / "model.tflite"
+        path.write_bytes(data)
+        Interpreter(str(path)).allocate_tensors()
+    assert buffer_bytes_of(taken_in) == buffer_bytes_of(shared)
+
+
+def duplicate_first_shared_buffer(data: bytes) -> bytes:
+    """`data` with the tensors of its first buffer shared by an INT4 and an INT8 tensor given a copy of their own
+    (the INT8 ones): the file before `share_identical_buffers`."""
+    import flatbuffers
+    from ai_edge_litert import schema_py_generated as schema
+
+    model = schema.ModelT.InitFromPackedBuf(bytearray(data), 0)
+    kinds: dict[int, set[int]] = {}
+    for graph in model.subgraphs:
+        for tensor in graph.tensors:
+            kinds.setdefault(tensor.buffer, set()).add(tensor.type)
+    index = next(i for i, types in kinds.items() if {schema.TensorType.INT4, schema.TensorType.INT8} <= types)
+    copy = schema.BufferT()
+    copy.data = np.array(model.buffers[index].data, dtype=np.uint8)
+    model.buffers.append(copy)
+    for graph in model.subgraphs:
+        for tensor in graph.tensors:
+            if tensor.buffer == index and tensor.type == schema.TensorType.INT8:
+                tensor.buffer = len(model.buffers) - 1
+    builder = flatbuffers.Builder(len(data))
+    builder.Finish(model.Pack(builder), file_identifier=b"TFL3")
+    return bytes(builder.Output())
+
+
+def buffer_bytes_of(data: bytes) -> int:
+    from ai_edge_litert import schema_py_generated as schema
+
+    model = schema.Model.GetRootAs(data, 0)
+    return sum(model.Buffers(i).DataLength() or model.Buffers(i).Size() for i in range(model.BuffersLength()))
+
+
+def test_the_export_key_changes_with_the_calibration_inputs():
+    model, example = tied_decoder(), (torch.arange(PREFILL)[None] % 90 + 3, torch.arange(PREFILL))
+    recipe = RECIPES.get("litert-int4-all")
+    first, other = calibration(), calibration()
+    other[0] = (other[0][0] + 1, other[0][1])
+    assert content_key(model, recipe, example, first) == content_key(model, recipe, example, calibration())
+    assert content_key(model, recipe, example, first) != content_key(model, recipe, example, other)
+    assert content_key(model, recipe, example, first) != content_key(model, recipe, example)

@@ -123,7 +123,7 @@ def run_quantize(args: SimpleNamespace) -> int:
 
 
 def _calibration(task: "Task", recipe: "Recipe") -> list | None:
-    """Real inputs of the calibration split for recipes that calibrate activation ranges."""
+    """Real inputs of the calibration split for recipes that calibrate (activation ranges, an output layer)."""
     from edgeprune.quantize import CALIBRATION_EXAMPLES
 
     return task.example_inputs("calibration", CALIBRATION_EXAMPLES) if recipe.needs_calibration else None

@@ -102,8 +102,8 @@ def export(
 
     With `cache_dir` and `cache_key` (see `content_key`), an identical earlier export is reused (one that does not
     match its cache record is one warning, and exported again: `edgeprune.cache`).
-    `calibration`: real inputs for calibrated recipes (`Recipe.calibrated`); include the calibration data's
-    identity in `cache_key` when it can change for the same weights.
+    `calibration`: real inputs for recipes that calibrate (`Recipe.needs_calibration`); pass the same inputs to
+    `content_key` for `cache_key`, so that other calibration data is another artifact.
     With `verify_on` (real inputs, as the artifact takes them) the artifact is run on each and compared with the
     quantized module, and a `VerifiedArtifact` is returned; one outside the recipe's tolerance is removed and
     raises VerificationError (`name` says which artifact), unless `keep_rejected`, which keeps and returns it

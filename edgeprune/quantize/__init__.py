@@ -24,8 +24,8 @@ from edgeprune.quantize.size_model import SizeModel, payload_bytes
 def quantize(model: nn.Module, recipe: str | Recipe = "int8",
              calibration: Sequence[tuple[torch.Tensor, ...]] | None = None) -> nn.Module:
     """The PyTorch module a recipe exports: a quantized copy of `model` (LiteRT's fp16 and dynamic int8
-    quantize later, on the converted flatbuffer, so they return an fp32 copy). Calibrated recipes
-    (`Recipe.calibrated`) need `calibration`: real task inputs at the export shape."""
+    quantize later, on the converted flatbuffer, so they return an fp32 copy). Recipes that calibrate
+    (`Recipe.needs_calibration`) need `calibration`: real task inputs at the export shape."""
     return (RECIPES.get(recipe) if isinstance(recipe, str) else recipe).apply(model, calibration)
 
 

@@ -48,8 +48,8 @@ class Recipe:
         """The PyTorch module this recipe exports (a quantized copy; the original is left untouched): each of its
         weight formats (edgeprune/quantize/formats.py) quantizes the tables and the linears it stores.
 
-        `calibration`: real task inputs at the export shape, required by (and only read by) calibrated
-        recipes, e.g. `task.example_inputs("calibration", CALIBRATION_EXAMPLES)`.
+        `calibration`: real task inputs at the export shape, required by (and only read by) recipes that
+        calibrate (`needs_calibration`), e.g. `task.example_inputs("calibration", CALIBRATION_EXAMPLES)`.
         """
         batches = check_calibration(self.name, calibration) if self.needs_calibration else []
         quantized = copy.deepcopy(model).eval()
