@@ -426,7 +426,7 @@ def test_a_litert_generator_with_its_output_layer_at_4_bits_generates_on_the_boa
     from tests.test_tied_output import PREFILL, calibration, tied_decoder
 
     example = (torch.arange(PREFILL)[None] % 90 + 3, torch.arange(PREFILL))
-    path = export(tied_decoder(vocab=30522), example, tmp_path / "model.tflite", "litert-int4-all",
+    path = export(tied_decoder(vocab=30522, layer_std=0.2), example, tmp_path / "model.tflite", "litert-int4-all",
                   calibration=calibration(vocab=30522), verify_on=[example]).path
     copy_tokenizer(tmp_path)
     command = ["generate", str(path), "--prompt", "the bank said it would", "--max-new-tokens", "16", "--json"]
@@ -438,4 +438,4 @@ def test_a_litert_generator_with_its_output_layer_at_4_bits_generates_on_the_boa
     there = json.loads(captured.out)
     show(request, f"litert-int4-all greedy tokens on the arm64 board: {there['tokens'][:8]}... (here: "
                   f"{here['tokens'][:8]}...)")
-    assert there["tokens"] == here["tokens"] and len(here["tokens"]) >= 8
+    assert there["tokens"] == here["tokens"] and len(set(here["tokens"])) >= 4  # not one token repeated

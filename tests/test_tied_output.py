@@ -26,14 +26,25 @@ PREFILL = 8
 CONTEXT = 32
 
 
-def tied_decoder(tie: bool = True, vocab: int = 512) -> CausalLMLogits:
+def tied_decoder(tie: bool = True, vocab: int = 512, layer_std: float | None = None) -> CausalLMLogits:
+    """A small Llama whose output layer is its embedding table (`tie`). With `layer_std`, the layers' linears are
+    drawn that wide and put on their 4-bit grid (held exactly at 4 bits): at the default initialization a tied
+    model's greedy token is its input token, whatever its layers do."""
     from transformers import LlamaConfig, LlamaForCausalLM
+
+    from tests.test_litert_int4 import on_grid
 
     torch.manual_seed(0)
     config = LlamaConfig(vocab_size=vocab, hidden_size=64, intermediate_size=128, num_hidden_layers=2,
                          num_attention_heads=4, num_key_value_heads=2, head_dim=16, max_position_embeddings=64,
                          tie_word_embeddings=tie, attn_implementation="eager", bos_token_id=1, eos_token_id=2)
-    return CausalLMLogits(LlamaForCausalLM(config).eval(), CONTEXT).eval()
+    model = LlamaForCausalLM(config).eval()
+    if layer_std is not None:
+        with torch.no_grad():
+            for linear in (m for m in model.model.modules() if type(m) is torch.nn.Linear):
+                linear.weight.normal_(std=layer_std)
+        on_grid(model.model)
+    return CausalLMLogits(model, CONTEXT).eval()
 
 
 def calibration(count: int = 8, vocab: int = 512) -> list[tuple[torch.Tensor, torch.Tensor]]:
