@@ -77,7 +77,7 @@ class CachedGenerator:
             raise ValueError("its decode signature is not the interpreter's first subgraph (a LiteRT generator "
                              "exported before edgeprune 2026-12-06); export it again")
         self.caches = [name for name in self.inputs if "_cache_" in name]
-        # the accessors `tensor()` returns, made once (a decode step would otherwise make 120 of them): holding an
+        # the accessors `tensor()` returns, made once (a decode step would otherwise make 123 of them): holding an
         # accessor is allowed, only the arrays it returns must be dropped before `invoke()`
         tensor = interpreter.tensor
         self.token_slot, self.position_slot = tensor(self.inputs["input_ids"]), tensor(self.inputs["input_pos"])

@@ -57,8 +57,10 @@ def payload_bytes(model: "nn.Module | ParameterLayout", recipe: Recipe) -> int:
     linear, table = FORMATS.get(recipe.linear), FORMATS.get(recipe.embedding)
     head = FORMATS.get(recipe.output_layer or recipe.linear)
     total = 0.0
-    # a calibrated output layer's tied table reads the layer's own codes, and adds steps and offsets of its own
-    tied_table = next(((rows, cols) for kind, rows, cols in layout.matrices if kind == "output"), None) \
+    # a calibrated output layer's tied table reads the layer's own codes, and adds steps and offsets of its own (a
+    # width with no whole blocks keeps the output layer as it is: tied_output.quantize_output_layer)
+    tied_table = next(((rows, cols) for kind, rows, cols in layout.matrices
+                       if kind == "output" and cols % recipe.group_size == 0), None) \
         if layout.tied_output and recipe.output_layer_calibrated else None
     for kind, rows, cols in layout.matrices:
         if kind == "output" and layout.tied_output and runtime.stores_tied_weights_once and tied_table is None:
