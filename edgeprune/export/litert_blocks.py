@@ -18,10 +18,9 @@ import ml_dtypes
 import numpy as np
 
 from edgeprune.errors import VerificationError
-from edgeprune.quantize.block_offsets import block_codes
+from edgeprune.quantize.block_offsets import GRID_TOLERANCE, block_codes
 
 BLOCK = 32  # ai-edge-quantizer's dynamic_wi4b32: 32 input columns per scale
-GRID_TOLERANCE = 1e-5  # worst |code·d − w| relative to the block's d: float rounding of d·k, nothing more
 
 
 def rewrite_block_codes(quantized: bytes, float_model: bytes) -> tuple[bytes, int, list[str]]:

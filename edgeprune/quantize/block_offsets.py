@@ -26,6 +26,7 @@ from edgeprune.quantize.formats import output_layer
 
 LEVELS = 15  # 4 bits: codes 0..15, i.e. 15 steps between a block's minimum and maximum
 SHIFT = 8  # q − 8 lies in −8..7, a signed 4-bit code
+GRID_TOLERANCE = 1e-5  # worst |k·d − w| relative to d for a weight on its grid: float rounding of d·k, nothing more
 
 
 class BlockOffsetLinear(nn.Linear):
@@ -79,7 +80,8 @@ def asymmetric_blocks(weight: torch.Tensor, group: int) -> tuple[torch.Tensor, t
     return symmetric, low + SHIFT * step
 
 
-def block_codes(symmetric: np.ndarray, group: int, tolerance: float) -> tuple[np.ndarray, np.ndarray]:
+def block_codes(symmetric: np.ndarray, group: int,
+                tolerance: float = GRID_TOLERANCE) -> tuple[np.ndarray, np.ndarray]:
     """Codes k (−8..7, int8) and steps d (rows × blocks, float32) with k·d = `symmetric` [rows, cols], a symmetric part
     of asymmetric blocks of `group`, within `tolerance` of a step. Min/max blocks (`asymmetric_blocks`) hold their
     minimum at −8·d, so d = max|w| / 8; a block quantized by GPTQ (edgeprune/quantize/gptq.py) may use fewer codes

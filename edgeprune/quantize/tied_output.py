@@ -21,7 +21,6 @@ from edgeprune.quantize.block_offsets import SHIFT, BlockOffsetLinear, block_cod
 from edgeprune.quantize.formats import output_layer
 from edgeprune.quantize.gptq import gptq_blocks, input_moment
 
-GRID_TOLERANCE = 1e-5  # worst |k·d − w| relative to d: float rounding of d·k, nothing more
 NIBBLE = 16
 INT16_LARGEST = 32767
 # the lookup's own bytes beside the output layer's codes: an int16 step and offset per block, two fp32 scales per row
@@ -100,7 +99,7 @@ def quantize_output_layer(model: nn.Module, calibration: Sequence[tuple[torch.Te
     embedding_holder = holder_of(model, "get_input_embeddings", tables[0]) if tables else None
     if embedding_holder is not None:
         table = tables[0]
-        codes, steps = block_codes(symmetric.numpy(), group, GRID_TOLERANCE)
+        codes, steps = block_codes(symmetric.numpy(), group)
         embedding_holder.set_input_embeddings(TiedFourBitEmbedding(
             torch.from_numpy(codes), torch.from_numpy(steps), offsets, group, table.padding_idx))
     return True
