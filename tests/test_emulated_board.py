@@ -300,6 +300,18 @@ def test_generate_bench_on_the_board_times_prefill_and_decode(provisioned, profi
     assert f"**{LABEL}**" in (tmp_path / "generation.md").read_text()
 
 
+def greedy_here_and_on_board(path, new_tokens: int, capsys) -> tuple[dict, dict]:  # noqa: ANN001 - Path, fixture
+    """`edgeprune generate --json` of `path` here, then on the emulated board over ssh: both results."""
+    command = ["generate", str(path), "--prompt", "the bank said it would", "--max-new-tokens", str(new_tokens),
+               "--json"]
+    assert main(command) == 0
+    here = json.loads(capsys.readouterr().out)
+    code = main([*command, "--device", "pi5-emulated"])
+    captured = capsys.readouterr()
+    assert code == 0, captured.err
+    return here, json.loads(captured.out)
+
+
 @pytest.fixture(scope="module")
 def litert_generator(tmp_path_factory):
     """The same generator as a LiteRT .tflite (prefill and decode signatures, the cache as state)."""
@@ -310,14 +322,7 @@ def test_a_litert_generator_generates_on_the_board_the_tokens_it_generates_here(
                                                                                 litert_generator, capsys, request):
     """On the board the .tflite is run by LiteRT's generator module under the board's Python (ai-edge-litert's
     aarch64 wheel, no edgeprune or torch there), pushed over ssh."""
-    command = ["generate", str(litert_generator), "--prompt", "the bank said it would", "--max-new-tokens", "24",
-               "--json"]
-    assert main(command) == 0
-    here = json.loads(capsys.readouterr().out)
-    code = main([*command, "--device", "pi5-emulated"])
-    captured = capsys.readouterr()
-    assert code == 0, captured.err
-    there = json.loads(captured.out)
+    here, there = greedy_here_and_on_board(litert_generator, 24, capsys)
     show(request, f"LiteRT greedy tokens on the arm64 board: {there['tokens'][:8]}... (here: {here['tokens'][:8]}...)")
     assert there["tokens"] == here["tokens"] and len(here["tokens"]) >= 8
     code = main(["generate", str(litert_generator), "--bench", "--device", "pi5-emulated", "--depths", "8", "--runs",
@@ -429,13 +434,7 @@ def test_a_litert_generator_with_its_output_layer_at_4_bits_generates_on_the_boa
     path = export(tied_decoder(vocab=30522, layer_std=0.2), example, tmp_path / "model.tflite", "litert-int4-all",
                   calibration=calibration(vocab=30522), verify_on=[example]).path
     copy_tokenizer(tmp_path)
-    command = ["generate", str(path), "--prompt", "the bank said it would", "--max-new-tokens", "16", "--json"]
-    assert main(command) == 0
-    here = json.loads(capsys.readouterr().out)
-    code = main([*command, "--device", "pi5-emulated"])
-    captured = capsys.readouterr()
-    assert code == 0, captured.err
-    there = json.loads(captured.out)
+    here, there = greedy_here_and_on_board(path, 16, capsys)
     show(request, f"litert-int4-all greedy tokens on the arm64 board: {there['tokens'][:8]}... (here: "
                   f"{here['tokens'][:8]}...)")
     assert there["tokens"] == here["tokens"] and len(set(here["tokens"])) >= 4  # not one token repeated

@@ -9,11 +9,11 @@ import torch
 
 from edgeprune.errors import VerificationError
 from edgeprune.export import export, export_prepared, load_artifact, verify_artifact
-from edgeprune.export.litert_blocks import exact_codes, pack_int4
+from edgeprune.export.litert_blocks import exact_codes
 from edgeprune.models.classifier import EncoderClassifier
 from edgeprune.pruning import prune_heads
 from edgeprune.quantize import RECIPES, SizeModel, quantize
-from edgeprune.quantize.block_offsets import BlockOffsetLinear, asymmetric_blocks, split_block_offsets
+from edgeprune.quantize.block_offsets import BlockOffsetLinear, asymmetric_blocks, pack_int4, split_block_offsets
 from tests.conftest import tiny_bert
 from tests.test_generation import PREFILL, tiny_decoder
 

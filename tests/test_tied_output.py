@@ -6,12 +6,11 @@ import torch
 
 from edgeprune.errors import UserInputError
 from edgeprune.export import content_key, export, export_prepared, load_artifact
-from edgeprune.export.litert_blocks import pack_int4
 from edgeprune.export.litert_buffers import share_identical_buffers
 from edgeprune.generation.runner import Generator
 from edgeprune.models.classifier import CausalLMLogits
 from edgeprune.quantize import RECIPES, quantize
-from edgeprune.quantize.block_offsets import BlockOffsetLinear, block_codes, quantized_blocks
+from edgeprune.quantize.block_offsets import BlockOffsetLinear, block_codes, pack_int4, quantized_blocks
 from edgeprune.quantize.gptq import gptq_blocks, input_moment
 from edgeprune.quantize.size_model import payload_bytes
 from edgeprune.quantize.tied_output import (

@@ -96,15 +96,16 @@ class CachedGenerator:
         return self.logits_slot()[0, 0].copy()
 
     def prefill_chunk(self, ids: list, start: int):  # noqa: ANN201 - logits [len(ids), vocab]
-        np, tensor = self.np, self.interpreter.tensor
+        np = self.np
         padded = np.zeros((1, self.chunk), np.int32)
         padded[0, :len(ids)] = ids
         positions = np.arange(start, start + self.chunk, dtype=np.int32)
         prefill = self.interpreter.get_signature_runner("prefill")  # made per call: see the class's note
         outputs = prefill(input_ids=padded, input_pos=positions,
-                          **{name: tensor(self.inputs[name])() for name in self.caches})
-        for name in self.caches:
-            tensor(self.inputs[name])()[:, :, start:start + self.chunk] = outputs[new_rows(name)]
+                          **{name: cache() for name, (cache, _) in zip(self.caches, self.cache_slots, strict=True)})
+        rows = slice(start, start + self.chunk)
+        for name, (cache, _) in zip(self.caches, self.cache_slots, strict=True):
+            cache()[:, :, rows] = outputs[new_rows(name)]
         return outputs["logits"][0, :len(ids)]
 
     def logits(self, ids: list, start: int):  # noqa: ANN201 - [len(ids), vocab]: one prefill, or decode steps

@@ -113,8 +113,6 @@ class LiteRTRuntime(DeviceRuntime):
                 if recipe.litert_quantization is None:
                     return float_path.read_bytes()
                 data = _quantize(float_path, recipe)
-                if recipe.output_layer_calibrated:  # its embedding lookup reads the output layer's bytes
-                    data, _ = share_identical_buffers(data)
                 if read_metadata(data) != spec.metadata:
                     raise VerificationError(f"{recipe.name} lost the generator's metadata while quantizing")
                 return data
@@ -129,8 +127,7 @@ class LiteRTRuntime(DeviceRuntime):
             litert_torch.convert(module, example_inputs).export(str(float_path))
             if recipe.litert_quantization is None:
                 return float_path.read_bytes()
-            data = _quantize(float_path, recipe)
-            return share_identical_buffers(data)[0] if recipe.output_layer_calibrated else data
+            return _quantize(float_path, recipe)
 
     def load(self, path: Path, threads: int | None = None) -> RunArtifact:
         constants = read_metadata_at(Path(path))
@@ -215,7 +212,9 @@ def _quantize(float_path: Path, recipe: Recipe) -> bytes:
     from ai_edge_quantizer import recipe as aeq_recipes
 
     if recipe.litert_quantization == "dynamic-int4":
-        return _quantize_blocks(float_path)
+        data = _quantize_blocks(float_path)
+        # a calibrated output layer's tied lookup holds the output layer's codes: one copy of them in the file
+        return share_identical_buffers(data)[0] if recipe.output_layer_calibrated else data
     tool = quantizer.Quantizer(str(float_path))
     if recipe.litert_quantization == "dynamic-int8":
         tool.load_quantization_recipe(aeq_recipes.dynamic_wi8_afp32())

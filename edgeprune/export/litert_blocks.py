@@ -18,7 +18,7 @@ import ml_dtypes
 import numpy as np
 
 from edgeprune.errors import VerificationError
-from edgeprune.quantize.block_offsets import GRID_TOLERANCE, block_codes
+from edgeprune.quantize.block_offsets import GRID_TOLERANCE, block_codes, pack_int4
 
 BLOCK = 32  # ai-edge-quantizer's dynamic_wi4b32: 32 input columns per scale
 
@@ -91,14 +91,6 @@ def exact_codes(weight: np.ndarray, name: str) -> tuple[np.ndarray, np.ndarray]:
         return block_codes(weight, BLOCK, GRID_TOLERANCE)
     except ValueError as error:
         raise VerificationError(f"litert-int4: weight {name!r} is {error}") from None
-
-
-def pack_int4(codes: np.ndarray) -> bytes:
-    """Signed 4-bit codes two to a byte, the first in the low nibble (TFLite's INT4 layout)."""
-    flat = codes.reshape(-1).astype(np.uint8) & 0xF
-    if flat.size % 2:
-        flat = np.append(flat, np.uint8(0))
-    return (flat[0::2] | (flat[1::2] << 4)).astype(np.uint8).tobytes()
 
 
 def buffer_span(model, data: bytes | bytearray, tensor) -> tuple[int, int]:  # noqa: ANN001 - flatbuffer tables

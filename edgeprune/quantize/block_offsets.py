@@ -108,6 +108,14 @@ def block_codes(symmetric: np.ndarray, group: int,
     return codes.reshape(rows, cols), steps
 
 
+def pack_int4(codes: np.ndarray) -> bytes:
+    """Signed 4-bit codes two to a byte, the first in the low nibble (TFLite's INT4 layout)."""
+    flat = codes.reshape(-1).astype(np.uint8) & 0xF
+    if flat.size % 2:
+        flat = np.append(flat, np.uint8(0))
+    return (flat[0::2] | (flat[1::2] << 4)).astype(np.uint8).tobytes()
+
+
 def quantized_blocks(weight: torch.Tensor, group: int) -> torch.Tensor:
     """`weight` [rows, cols] as its asymmetric 4-bit quantization in blocks of `group` columns multiplies."""
     symmetric, offsets = asymmetric_blocks(weight, group)

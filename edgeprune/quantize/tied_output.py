@@ -17,7 +17,7 @@ from collections.abc import Sequence
 import torch
 from torch import nn
 
-from edgeprune.quantize.block_offsets import SHIFT, BlockOffsetLinear, block_codes
+from edgeprune.quantize.block_offsets import SHIFT, BlockOffsetLinear, block_codes, pack_int4
 from edgeprune.quantize.formats import output_layer
 from edgeprune.quantize.gptq import gptq_blocks, input_moment
 
@@ -42,10 +42,9 @@ class TiedFourBitEmbedding(nn.Module):
                              f"{dim // group} blocks")
         self.group, self.embedding_dim, self.num_embeddings = group, dim, vocab
         self.padding_idx = padding_idx
-        codes = codes.to(torch.int16)
-        # a byte = low code's nibble + 16 × high code, in −128..127: the int8 whose bits are LiteRT's INT4 pair
-        packed = (codes[:, 0::2] & (NIBBLE - 1)) + NIBBLE * codes[:, 1::2]
-        self.register_buffer("packed", packed.to(torch.int8))
+        # LiteRT's INT4 bytes read as int8: a byte = the low code's nibble + 16 × the high code, in −128..127
+        packed = torch.frombuffer(bytearray(pack_int4(codes.numpy())), dtype=torch.int8)
+        self.register_buffer("packed", packed.reshape(vocab, dim // 2))
         # steps and offsets as int16 with a scale per row: LiteRT's converter gathers from no fp16 table, and an fp32
         # one would be twice the size (15 bits of each row's largest: far finer than the 4-bit codes they scale)
         for name, values in (("steps", steps), ("offsets", offsets)):
