@@ -40,6 +40,8 @@ def test_the_size_model_is_the_sum_of_the_formats_rules():
         expected = (table.table_bytes(100, 64, runtime, recipe.embeddings_quantized_in_pytorch)
                     + linear.linear_bytes(64, 64, runtime, recipe.group_size)
                     + (64 + 64 + 64) * linear.other_parameter_bytes)  # the bias and the norm's two vectors
+        if recipe.block_offsets:  # the split linear's offsets: an int8 per row and block, the row's scale
+            expected += 64 * (64 // 32) + 64 * runtime.row_parameter_bytes
         assert payload_bytes(model, recipe) == int(expected), name
 
 

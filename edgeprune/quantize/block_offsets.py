@@ -13,6 +13,10 @@ LiteRT runs, have no zero points (ai-edge-quantizer refuses asymmetric blockwise
 Symmetric blocks cost SmolLM2-135M +32 % perplexity in PyTorch; asymmetric ones cost it nothing, because its weights
 come from a Q4_1 GGUF, i.e. already lie on an asymmetric grid of blocks of 32 (docs/FINDINGS.md, 2026-12-06, third
 session). On any other model they are the better 4-bit grid of the two.
+
+Both runtimes run the split: LiteRT's exporter splits the converted model and rewrites the quantizer's codes
+(edgeprune/export/litert_blocks.py); a recipe quantized in PyTorch for ExecuTorch splits the module and quantizes the
+parts with torchao so that they hold it exactly (`quantize_split_linears`).
 """
 
 from collections.abc import Collection
@@ -141,3 +145,40 @@ def split_block_offsets(model: nn.Module, group: int, skip: Collection[nn.Module
             if id(child) in targets:
                 setattr(parent, name, BlockOffsetLinear(child, group))
     return len(targets)
+
+
+def quantize_split_linears(model: nn.Module) -> list[nn.Module]:
+    """Quantize each BlockOffsetLinear of `model` in place for torchao's int8-dynamic-activation linears, so that the
+    artifact multiplies by exactly the split weights: the symmetric part at 4 bits in its blocks with its own steps
+    (`block_codes`: d for a min/max block, whatever step a GPTQ block was placed on), its offsets at int8 per row
+    (`offset_bytes`). Returns the modules quantized, for later quantization to leave alone.
+
+    torchao's own symmetric scale, max|w| / 7.5, would re-round the codes: on SmolLM2-135M that second rounding
+    (ExecuTorch's int4 recipes, symmetric blocks of the original weights) cost +35 % perplexity where the split costs
+    +2 % (docs/FINDINGS.md, 2026-12-06, sixth session)."""
+    from torchao.quantization import Int8DynamicActivationIntxWeightConfig, IntxUnpackedToInt8Tensor, quantize_
+    from torchao.quantization.granularity import PerAxis
+    from torchao.quantization.quant_primitives import MappingType
+
+    parts = [module for module in model.modules() if isinstance(module, BlockOffsetLinear)]
+    for part in parts:
+        symmetric = part.weight.detach().float()
+        _codes, steps = block_codes(symmetric.numpy(), part.group)
+        steps = torch.from_numpy(steps)
+        weight = IntxUnpackedToInt8Tensor.from_hp(
+            symmetric, (1, part.group), torch.int4, mapping_type=MappingType.SYMMETRIC,
+            activation_quantization="int8_asym_per_token", intx_choose_qparams_algorithm=None, custom_scale=steps,
+            custom_zero_point=torch.zeros(steps.shape, dtype=torch.int8))
+        part.weight = nn.Parameter(weight, requires_grad=False)
+    # torchao cannot quantize a one-column weight (a linear one block wide): its offsets stay in float, a float each
+    offsets = {id(part.block_offsets) for part in parts if part.block_offsets.in_features > 1}
+    quantize_(model, Int8DynamicActivationIntxWeightConfig(weight_dtype=torch.int8, weight_granularity=PerAxis(0)),
+              filter_fn=lambda module, _name: id(module) in offsets)
+    return [*parts, *(part.block_offsets for part in parts)]
+
+
+def offset_bytes(rows: int, cols: int, group: int, row_parameter_bytes: int) -> int:
+    """Bytes of the offsets `quantize_split_linears` stores for a linear of `rows` × `cols` split in blocks of
+    `group`: an int8 per row and block and the row's int8 parameters, or a float per row for a single block."""
+    blocks = cols // group
+    return rows * 4 if blocks == 1 else rows * (blocks + row_parameter_bytes)

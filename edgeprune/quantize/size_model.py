@@ -14,6 +14,7 @@ from dataclasses import dataclass
 
 from torch import nn
 
+from edgeprune.quantize.block_offsets import offset_bytes
 from edgeprune.quantize.formats import FORMATS, output_layer
 from edgeprune.quantize.recipes import Recipe
 from edgeprune.quantize.tied_output import TIED_BLOCK_BYTES, TIED_ROW_BYTES
@@ -69,6 +70,8 @@ def payload_bytes(model: "nn.Module | ParameterLayout", recipe: Recipe) -> int:
             total += rows * (-(-cols // recipe.group_size) * TIED_BLOCK_BYTES + TIED_ROW_BYTES)
         elif kind != "embedding":
             total += (head if kind == "output" else linear).linear_bytes(rows, cols, runtime, recipe.group_size)
+            if kind == "linear" and recipe.block_offsets and linear.stores_grouped(cols, recipe.group_size):
+                total += offset_bytes(rows, cols, recipe.group_size, runtime.row_parameter_bytes)
         else:
             total += table.table_bytes(rows, cols, runtime, recipe.embeddings_quantized_in_pytorch)
     total += layout.other_parameters * linear.other_parameter_bytes
