@@ -22,10 +22,11 @@ PROFILE = GOOD.replace("threads = 4\n", "threads = 4\n{runtimes}\n")  # the prof
 
 def test_the_ladders_merge_by_fidelity_each_keeping_its_order():
     merged = fit_ladder(("executorch", "litert"))
-    assert merged == ("litert-fp16", "int8-linear", "int8", "litert-int8", "int8-emb4", "int4-decoder", "int4-linear",
-                      "litert-int4", "int4", "litert-int4-all")
+    assert merged == ("litert-fp16", "int8-linear", "int8", "litert-int8", "int8-emb4", "int4-decoder", "litert-int4",
+                      "int4-decoder-all", "int4-linear", "int4", "litert-int4-all")
     assert fit_ladder(("litert", "executorch"))[:4] == ("litert-fp16", "int8-linear", "litert-int8", "int8")
-    assert fit_ladder(("executorch",)) == ("int8-linear", "int8", "int8-emb4", "int4-decoder", "int4-linear", "int4")
+    assert fit_ladder(("executorch",)) == ("int8-linear", "int8", "int8-emb4", "int4-decoder", "int4-decoder-all",
+                                           "int4-linear", "int4")
     # an encoder has no output layer of its own: the recipe that differs only there is left out
     assert fit_ladder(("executorch",), output_layer=False) == ("int8-linear", "int8", "int8-emb4", "int4-linear",
                                                                "int4")

@@ -116,6 +116,13 @@ for _recipe in (
            f"4-bit linear weights in asymmetric blocks of {INT4_GROUP} (a symmetric part and per-block offsets) with "
            "int8 dynamic activations; the output layer (the vocabulary projection) at int8 per channel; int8 "
            "embeddings", output_layer="int8", block_offsets=True),
+    # int4-decoder with the output layer at 4 bits too, placed by GPTQ on calibration text, and the embedding table
+    # tied to it reading its codes (edgeprune/quantize/tied_output.py), as litert-int4-all does; ExecuTorch keeps
+    # the table's codes apart from the head's (XNNPACK packs the head its own way)
+    Recipe("int4-decoder-all", "executorch", "int4", "int4", 0.99,
+           "int4-decoder with the output layer at 4 bits as well (asymmetric blocks of 32 placed by GPTQ on "
+           "calibration text) and the embedding table tied to it reading the same codes", output_layer="int4",
+           output_layer_calibrated=True, block_offsets=True),
     Recipe("int4", "executorch", "int4", "int4", 0.99,
            f"4-bit group-wise (group {INT4_GROUP}) linear weights and 4-bit embedding tables (an fp16 scale per 64 "
            "columns)"),

@@ -68,9 +68,12 @@ def payload_bytes(model: "nn.Module | ParameterLayout", recipe: Recipe) -> int:
             continue  # the table's bytes, counted with the embedding
         if kind == "embedding" and (rows, cols) == tied_table:
             total += rows * (-(-cols // recipe.group_size) * TIED_BLOCK_BYTES + TIED_ROW_BYTES)
+            if not runtime.stores_tied_weights_once:  # the table's own copy of the codes, two to a byte
+                total += rows * cols / 2
         elif kind != "embedding":
             total += (head if kind == "output" else linear).linear_bytes(rows, cols, runtime, recipe.group_size)
-            if kind == "linear" and recipe.block_offsets and linear.stores_grouped(cols, recipe.group_size):
+            split = kind == "linear" or recipe.output_layer_calibrated  # a calibrated output layer is split too
+            if recipe.block_offsets and split and linear.stores_grouped(cols, recipe.group_size):
                 total += offset_bytes(rows, cols, recipe.group_size, runtime.row_parameter_bytes)
         else:
             total += table.table_bytes(rows, cols, runtime, recipe.embeddings_quantized_in_pytorch)
