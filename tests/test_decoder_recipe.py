@@ -9,7 +9,6 @@ import torch
 
 from edgeprune.export import export, load_artifact
 from edgeprune.export.verify import compare_artifact
-from edgeprune.generation.runner import Generator
 from edgeprune.quantize import RECIPES
 from edgeprune.quantize.block_offsets import BlockOffsetLinear, quantized_blocks
 from edgeprune.quantize.formats import FORMATS, output_layer
@@ -116,7 +115,7 @@ def test_on_weights_that_lie_on_an_asymmetric_grid_the_program_keeps_them(tmp_pa
 def test_int4_decoder_all_ships_the_head_at_4_bits_and_a_table_reading_the_same_codes(tmp_path):
     """int4-decoder-all: the output layer placed by GPTQ on 4-bit blocks, the tied table a TiedFourBitEmbedding; the
     .pte verifies, is smaller than int4-decoder's by what the size rule says, and decodes like its PyTorch source."""
-    from tests.test_tied_output import calibration, tied_decoder
+    from tests.test_tied_output import calibration, decodes_like, tied_decoder
 
     model = tied_decoder(vocab=2048, layer_std=0.05)
     example = (torch.arange(PREFILL)[None] % 90 + 3, torch.arange(PREFILL))
@@ -132,9 +131,4 @@ def test_int4_decoder_all_ships_the_head_at_4_bits_and_a_table_reading_the_same_
     measured = decoder.size_bytes - artifact.size_bytes
     # (less what the rule leaves to the learned overhead: the lookup's ops, here 7 KB of the 94 KB)
     assert abs(measured - predicted) <= 0.1 * predicted, (measured, predicted)
-    generator = Generator(artifact.path, run=load_artifact(artifact.path))
-    ids = [5, 9, 14, 3, 77]
-    generator.forward(ids[:4], 0)
-    step = generator.forward(ids[4:], 4)[0]
-    expected = prepared.model(torch.tensor([ids])).logits[0, -1]
-    assert torch.nn.functional.cosine_similarity(step, expected, dim=0) > 0.99
+    decodes_like(prepared, artifact.path)

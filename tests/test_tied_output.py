@@ -1,5 +1,7 @@
 """litert-int4-all: the output layer at 4 bits placed by GPTQ, the tied embedding table reading its codes."""
 
+from pathlib import Path
+
 import numpy as np
 import pytest
 import torch
@@ -171,14 +173,20 @@ def test_a_tied_decoder_ships_its_head_at_4_bits_sharing_the_codes_with_its_tabl
     assert saved - 1024 <= buffer_bytes(int4.path) - buffer_bytes(artifact.path) <= saved
     assert share_identical_buffers(data) == (data, 0)  # nothing repeats any more
     # it decodes: a step's logits (the token looked up in the head's codes) are the quantized PyTorch module's
-    prepared = RECIPES.get("litert-int4-all").apply(model, calibration())
-    generator = Generator(artifact.path, run=load_artifact(artifact.path))
+    generator = decodes_like(RECIPES.get("litert-int4-all").apply(model, calibration()), artifact.path)
+    assert len(list(generator.stream([5, 9, 14, 3, 77], 6, stop_at_eos=False))) == 6
+
+
+def decodes_like(prepared: CausalLMLogits, path: Path) -> Generator:
+    """Assert that a decode step of the generator at `path`, after a 4-token prefill, gives the logits of its
+    quantized PyTorch source `prepared`; the generator, for more."""
+    generator = Generator(path, run=load_artifact(path))
     ids = [5, 9, 14, 3, 77]
     generator.forward(ids[:4], 0)
     step = generator.forward(ids[4:], 4)[0]
     expected = prepared.model(torch.tensor([ids])).logits[0, -1]
     assert torch.nn.functional.cosine_similarity(step, expected, dim=0) > 0.99
-    assert len(list(generator.stream(ids, 6, stop_at_eos=False))) == 6
+    return generator
 
 
 def buffer_bytes(path) -> int:
