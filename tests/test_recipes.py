@@ -101,7 +101,7 @@ def test_a_recipe_for_another_runtime_is_refused_with_the_right_names():
     with pytest.raises(UserInputError, match="builds a executorch artifact, not litert; litert recipes: litert-fp16"):
         recipe_for_runtime("int8", "litert")
     with pytest.raises(UserInputError, match="unknown quantization recipe 'int3'; choose one of: fp32, int4, "
-                                             "int4-decoder, int4-l"):
+                                             "int4-decoder, int4-decoder-all, int4-l"):
         recipe_for_runtime("int3", "executorch")
 
 
