@@ -178,7 +178,10 @@ def llama_bench(bin_dir: Path, model: Path, threads: int) -> dict:
     tests = json.loads(done.stdout)
     prefill = next(t for t in tests if t["n_prompt"] == TOKENS and t["n_gen"] == 0 and not t.get("n_depth"))
     decode = next(t for t in tests if t["n_gen"] == TOKENS and t["n_prompt"] == 0 and not t.get("n_depth"))
-    deep = next(t for t in tests if t["n_gen"] == TOKENS and t["n_prompt"] == 0 and t.get("n_depth") == TOKENS)
+    deep = next((t for t in tests if t["n_gen"] == TOKENS and t["n_prompt"] == 0 and t.get("n_depth") == TOKENS), None)
+    if deep is None:
+        sys.exit(f"error: {bin_dir / 'llama-bench'} has no -d (context depth); remove {bin_dir.parents[3]} to build a "
+                 "newer llama.cpp")
     return {"prefill_tokens_per_s": prefill["avg_ts"], "prefill_stddev": prefill["stddev_ts"],
             "decode_tokens_per_s": decode["avg_ts"], "decode_stddev": decode["stddev_ts"],
             "decode_at_depth_tokens_per_s": deep["avg_ts"], "decode_depth": TOKENS,

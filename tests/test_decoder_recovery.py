@@ -75,5 +75,5 @@ def test_fit_recovers_on_a_recipes_4_bit_grid_when_asked(tmp_path):
     linears = grid_linears(student, 32)
     assert len(linears) == 2 * 6 + 1  # every 32-wide linear but layer 0's 16-wide o_proj; not the output layer
     assert all(torch.allclose(BlockOffsetLinear(m, 32).dense_weight(), m.weight, atol=1e-6) for m in linears)
-    with pytest.raises(UserInputError, match="trains on litert-int4's 4-bit grid; int4 stores"):
+    with pytest.raises(UserInputError, match="trains on an asymmetric 4-bit grid .*; int4 stores"):
         FitOptions(recovery_quantization_aware="int4")

@@ -43,10 +43,22 @@ def test_inside_the_linears_multiply_by_their_4_bit_grid_with_a_straight_through
 
 
 def test_the_config_names_a_recipe_with_such_a_grid_and_round_trips():
+    from edgeprune.cli.recovery import GRID_RECIPES
+    from edgeprune.quantize import RECIPES
+    from edgeprune.recovery.weight_grid import grid_of
+
     config = DistillConfig(quantization_aware="litert-int4")
     assert DistillConfig.from_dict(json.loads(json.dumps(config.to_dict()))) == config
-    with pytest.raises(UserInputError, match="trains on litert-int4's 4-bit grid; litert-int8 stores"):
+    with pytest.raises(UserInputError, match="trains on an asymmetric 4-bit grid .*; litert-int8 stores"):
         DistillConfig(quantization_aware="litert-int8")
+    # the CLI offers exactly the recipes with such a grid: LiteRT's 4-bit ones and ExecuTorch's split ones
+    with_grid = []
+    for name in RECIPES.names():
+        try:
+            with_grid.append((name, grid_of(name)))
+        except UserInputError:
+            pass
+    assert sorted(with_grid) == sorted((name, 32) for name in GRID_RECIPES)
 
 
 def test_distill_through_the_cli_leaves_a_decoder_on_litert_int4s_grid_and_its_artifact_holds_it(tmp_path, capsys):

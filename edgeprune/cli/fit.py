@@ -29,7 +29,7 @@ from edgeprune.cli.common import (
     task_options,
 )
 from edgeprune.cli.devices import connection_options, endpoint_from
-from edgeprune.cli.recovery import PRECISIONS
+from edgeprune.cli.recovery import GRID_RECIPES, PRECISIONS
 from edgeprune.devices.transports import given_connection_flags
 from edgeprune.errors import DeviceUnreachableError, UserInputError
 from edgeprune.importance import CRITERIA
@@ -157,9 +157,9 @@ EXIT_CODES = ("0 every budget met; 2 bad input; 3 the budgets cannot be met (the
     click.option("--recover-precision", type=click.Choice(PRECISIONS), default="auto", show_default=True,
                  help="the students' training arithmetic; auto: bfloat16 autocast (float32 weights) where the CPU "
                  "computes in bfloat16 natively, else float32"),
-    click.option("--recover-quantization-aware", type=click.Choice(("litert-int4",)), metavar="RECIPE",
+    click.option("--recover-quantization-aware", type=click.Choice(GRID_RECIPES), metavar="RECIPE",
                  help="train the recovered students through this recipe's 4-bit grid and leave them on it, so that "
-                 "its artifact holds them exactly (litert-int4; default: float students)"),
+                 f"its artifact holds them exactly ({', '.join(GRID_RECIPES)}; default: float students)"),
     click.option("--time-limit", type=minutes_or_none, default=DEFAULT_TIME_LIMIT_MINUTES, show_default=True,
                  metavar="MINUTES|none",
                  help="start no candidate after the fit has run this long, once one meets every budget: the best so "

@@ -14,11 +14,13 @@ from edgeprune.errors import UserInputError
 
 NEURON_CRITERIA = ("activation", "weight-norm")  # of edgeprune.pruning.ffn.NEURON_CRITERIA; parsing imports no torch
 PRECISIONS = ("auto", "float32", "bfloat16")  # of edgeprune.recovery.precision.PRECISIONS, likewise
+# the recipes whose linears lie on an asymmetric 4-bit grid (edgeprune.recovery.weight_grid.grid_of), likewise
+GRID_RECIPES = ("litert-int4", "litert-int4-all", "int4-decoder", "int4-decoder-all")
 # flags that override the config file, by DistillConfig field
 OVERRIDES = {"max_steps": int, "max_seconds": float, "max_epochs": int, "learning_rate": float,
              "temperature": float, "task_weight": float, "kd_weight": float, "embedding_weight": float,
              "hidden_weight": float, "warmup_steps": int, "eval_every": int, "patience": int, "seed": int,
-             "precision": PRECISIONS, "quantization_aware": ("litert-int4",)}
+             "precision": PRECISIONS, "quantization_aware": GRID_RECIPES}
 OVERRIDE_HELP = {"quantization_aware": "train the student through this recipe's 4-bit grid and leave it on it, so that "
                  "the recipe's artifact holds the recovered weights exactly (default: float weights)"}
 

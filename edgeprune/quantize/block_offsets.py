@@ -128,8 +128,8 @@ def quantized_blocks(weight: torch.Tensor, group: int) -> torch.Tensor:
 
 def grid_linears(model: nn.Module, group: int, skip: Collection[nn.Module] = ()) -> list[nn.Linear]:
     """The linears a 4-bit recipe stores in blocks of `group`: exactly nn.Linear (a BlockOffsetLinear is split
-    already), whole blocks wide, neither a language model's output layer (int8: at 4 bits it costs a decoder most of
-    its quality) nor one of `skip`."""
+    already), whole blocks wide, neither a language model's output layer (int8, or placed by GPTQ in the -all recipes:
+    rounded to 4 bits it costs a decoder most of its quality) nor one of `skip`."""
     skipped = {id(module) for module in skip} | {id(output_layer(model))}
     return [module for module in model.modules()
             if type(module) is nn.Linear and id(module) not in skipped and module.in_features % group == 0]
@@ -149,9 +149,10 @@ def split_block_offsets(model: nn.Module, group: int, skip: Collection[nn.Module
 
 def quantize_split_linears(model: nn.Module) -> list[nn.Module]:
     """Quantize each BlockOffsetLinear of `model` in place for torchao's int8-dynamic-activation linears, so that the
-    artifact multiplies by exactly the split weights: the symmetric part at 4 bits in its blocks with its own steps
+    artifact keeps the split weights' codes: the symmetric part at 4 bits in its blocks with its own steps
     (`block_codes`: d for a min/max block, whatever step a GPTQ block was placed on), its offsets at int8 per row
-    (`offset_bytes`). Returns the modules quantized, for later quantization to leave alone.
+    (`offset_bytes`). Returns the modules quantized, for later quantization to leave alone. ExecuTorch's XNNPACK
+    lowering stores the steps in bfloat16 (within 2⁻⁹ of d; a GPTQ block's steps are bfloat16 already).
 
     torchao's own symmetric scale, max|w| / 7.5, would re-round the codes: on SmolLM2-135M that second rounding
     (ExecuTorch's int4 recipes, symmetric blocks of the original weights) cost +35 % perplexity where the split costs
@@ -179,6 +180,7 @@ def quantize_split_linears(model: nn.Module) -> list[nn.Module]:
 
 def offset_bytes(rows: int, cols: int, group: int, row_parameter_bytes: int) -> int:
     """Bytes of the offsets `quantize_split_linears` stores for a linear of `rows` × `cols` split in blocks of
-    `group`: an int8 per row and block and the row's int8 parameters, or a float per row for a single block."""
+    `group`: an int8 per row and block and the row's quantization parameters (`row_parameter_bytes`: ExecuTorch's
+    fp32 scale), or a float per row for a single block."""
     blocks = cols // group
     return rows * 4 if blocks == 1 else rows * (blocks + row_parameter_bytes)

@@ -49,6 +49,10 @@ class Recipe:
     # rather than as symmetric blocks of the weights. LiteRT's dynamic-int4 splits in its exporter instead
     block_offsets: bool = False
 
+    def __post_init__(self) -> None:
+        if self.block_offsets and self.linear != "int4":
+            raise ValueError(f"recipe {self.name}: block offsets split 4-bit linears; its linears are {self.linear}")
+
     def apply(self, model: nn.Module, calibration: Sequence[Inputs] | None = None) -> nn.Module:
         """The PyTorch module this recipe exports (a quantized copy; the original is left untouched): each of its
         weight formats (edgeprune/quantize/formats.py) quantizes the tables and the linears it stores.

@@ -34,13 +34,14 @@ class AsymmetricBlocks(nn.Module):
 
 
 def grid_of(recipe_name: str) -> int:
-    """The block width of the asymmetric 4-bit grid `recipe_name` stores linears on (`litert-int4`: 32)."""
+    """The block width of the asymmetric 4-bit grid `recipe_name` stores linears on (`litert-int4`, `litert-int4-all`,
+    `int4-decoder`, `int4-decoder-all`: 32)."""
     from edgeprune.quantize.recipes import RECIPES
 
     recipe = RECIPES.get(recipe_name)
-    if recipe.litert_quantization != "dynamic-int4":
-        raise UserInputError(f"quantization-aware recovery trains on litert-int4's 4-bit grid; {recipe_name} stores "
-                             "its weights otherwise")
+    if recipe.litert_quantization != "dynamic-int4" and not recipe.block_offsets:
+        raise UserInputError(f"quantization-aware recovery trains on an asymmetric 4-bit grid (litert-int4's, "
+                             f"int4-decoder's); {recipe_name} stores its weights otherwise")
     return recipe.group_size
 
 

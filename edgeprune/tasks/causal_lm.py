@@ -48,7 +48,8 @@ class PerplexityTally:
 DEFAULT_CONTEXT = 512  # cache slots when --context is not given (at least the block length, at most the positions)
 DECODE_TOKENS = 16  # of every block, decoded token by token through the runtime (the rest is prefilled)
 # on the validation split, which the search ranks candidates by: the same perplexity to four decimals on SmolLM2's
-# int4-decoder program (56.9304 both) in 38 s instead of 97 s; the reported test figure keeps DECODE_TOKENS
+# int4-decoder program of 2026-12-04 (symmetric blocks: 56.9304 both) in 38 s instead of 97 s; the reported test figure
+# keeps DECODE_TOKENS
 VALIDATION_DECODE_TOKENS = 4
 TEACHER_CACHE_VERSION = 1  # of the teacher-perplexity entries in the cache (teachers/NAME-KEY-CONTEXT-ATTENTION.json)
 TEACHER_PRODUCERS = ("torch", "transformers")  # whose versions a teacher entry's cache record must match
