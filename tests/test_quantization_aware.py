@@ -87,4 +87,4 @@ def test_distill_through_the_cli_leaves_a_decoder_on_litert_int4s_grid_and_its_a
 
     code = edgeprune.cli.main(["distill", "--task", "smollm2-bbc", "--teacher-model", str(teacher), "--model",
                                str(pruned), "--quantization-aware", "int4", "--out", str(tmp_path / "x")])
-    assert code == 2 and "'int4' is not 'litert-int4'" in capsys.readouterr().err
+    assert code == 2 and "'int4' is not one of 'litert-int4', 'litert-int4-all'" in capsys.readouterr().err
