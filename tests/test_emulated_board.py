@@ -257,8 +257,9 @@ def generator(tmp_path_factory):
     return shipped_generator(tmp_path_factory.mktemp("generator"), "model.pte", "fp32")
 
 
+@pytest.mark.parametrize("recipe", ["int4-linear", "int4-decoder"])  # symmetric groups; split asymmetric blocks
 def test_a_4bit_generators_prefill_gives_on_the_board_what_it_gives_here(provisioned, board, profiles, tmp_path,
-                                                                         request):
+                                                                         request, recipe):
     """The int4 kernels XNNPACK picks for a many-token prefill depend on the CPU: the board emulates a Pi 5's
     Cortex-A76 (QEMU's default model's i8mm kernels gave wrong logits here)."""
     from executorch.runtime import Runtime
@@ -267,11 +268,11 @@ def test_a_4bit_generators_prefill_gives_on_the_board_what_it_gives_here(provisi
 
     assert on_board(board, "echo $QEMU_CPU").stdout.strip() == emulated_board.BOARD_CPU
     example = (torch.arange(PREFILL)[None] * 7 % 90 + 3, torch.arange(PREFILL))
-    pte = export(tiny_decoder(), example, tmp_path / "int4.pte", "int4-linear", verify_on=[example]).path
+    pte = export(tiny_decoder(), example, tmp_path / "int4.pte", recipe, verify_on=[example]).path
     got = board_output(provisioned, pte, example, tmp_path)
     expected = Runtime.get().load_program(str(pte)).load_method("forward").execute(list(example))[0].numpy().ravel()
     cosine = float(got @ expected / (np.linalg.norm(got) * np.linalg.norm(expected)))
-    show(request, f"a 4-bit prefill on aarch64 against x86: cosine {cosine:.6f}")
+    show(request, f"a {recipe} prefill on aarch64 against x86: cosine {cosine:.6f}")
     assert got.shape == expected.shape and cosine > 0.999
 
 
