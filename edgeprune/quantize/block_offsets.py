@@ -159,16 +159,16 @@ def quantize_split_linears(model: nn.Module) -> list[nn.Module]:
     +2 % (docs/FINDINGS.md, 2026-12-06, sixth session)."""
     from torchao.quantization import Int8DynamicActivationIntxWeightConfig, IntxUnpackedToInt8Tensor, quantize_
     from torchao.quantization.granularity import PerAxis
-    from torchao.quantization.quant_primitives import MappingType
 
     parts = [module for module in model.modules() if isinstance(module, BlockOffsetLinear)]
     for part in parts:
         symmetric = part.weight.detach().float()
         _codes, steps = block_codes(symmetric.numpy(), part.group)
         steps = torch.from_numpy(steps)
+        # no qparams algorithm: the steps and zero points given are the ones stored
         weight = IntxUnpackedToInt8Tensor.from_hp(
-            symmetric, (1, part.group), torch.int4, mapping_type=MappingType.SYMMETRIC,
-            activation_quantization="int8_asym_per_token", intx_choose_qparams_algorithm=None, custom_scale=steps,
+            symmetric, (1, part.group), torch.int4, activation_quantization="int8_asym_per_token",
+            intx_choose_qparams_algorithm=None, custom_scale=steps,
             custom_zero_point=torch.zeros(steps.shape, dtype=torch.int8))
         part.weight = nn.Parameter(weight, requires_grad=False)
     # torchao cannot quantize a one-column weight (a linear one block wide): its offsets stay in float, a float each
