@@ -143,3 +143,26 @@ def test_the_all_recipes_size_rule_counts_the_4_bit_head_its_offsets_and_a_tied_
         model = tied_decoder(tie=tie, vocab=rows)
         saved = payload_bytes(model, DECODER_RECIPE) - payload_bytes(model, RECIPES.get("int4-decoder-all"))
         assert saved == int(2 * int8_matrix - head_int4 - table_int4[tie]), tie
+
+
+def test_an_nn_linear_subclass_is_stored_at_4_bits_without_offsets_and_the_size_rule_says_so():
+    """nn.MultiheadAttention reads its out_proj's weight itself, so the split (exactly nn.Linear) leaves that
+    subclass whole; the size rule counts offsets for the plain linear only."""
+    from edgeprune.quantize.block_offsets import offset_bytes, split_block_offsets
+
+    class Block(torch.nn.Module):
+        def __init__(self) -> None:
+            super().__init__()
+            self.attention = torch.nn.MultiheadAttention(64, 4, batch_first=True)
+            self.projection = torch.nn.Linear(64, 96)
+
+        def forward(self, x: torch.Tensor) -> torch.Tensor:
+            return self.projection(self.attention(x, x, x, need_weights=False)[0])
+
+    model = Block()
+    layout = ParameterLayout.of(model)
+    assert sorted(kind for kind, *_ in layout.matrices) == ["fixed-linear", "linear"]
+    assert split_block_offsets(Block(), 32) == 1
+    runtime = RUNTIMES.get("executorch")
+    difference = payload_bytes(model, DECODER_RECIPE) - payload_bytes(model, RECIPES.get("int4-linear"))
+    assert difference == int(offset_bytes(96, 64, 32, runtime.row_parameter_bytes))

@@ -77,3 +77,56 @@ def test_fit_recovers_on_a_recipes_4_bit_grid_when_asked(tmp_path):
     assert all(torch.allclose(BlockOffsetLinear(m, 32).dense_weight(), m.weight, atol=1e-6) for m in linears)
     with pytest.raises(UserInputError, match="trains on an asymmetric 4-bit grid .*; int4 stores"):
         FitOptions(recovery_quantization_aware="int4")
+
+
+def test_fit_recovers_on_the_grid_by_default_only_when_the_teachers_weights_lie_on_it(tmp_path):
+    """`recovery_quantization_aware="auto"` (fit's default): a teacher that came as a Q4_1 GGUF (its linears on
+    asymmetric 4-bit blocks of 32, as SmolLM2's are) recovers on the first grid recipe of the ladder; a float teacher,
+    or a ladder without such a recipe, recovers in float; a choice made by name is left as it is."""
+    from edgeprune.quantize.block_offsets import BlockOffsetLinear, grid_linears, quantized_blocks
+    from edgeprune.quantize.recipes import fit_ladder
+    from edgeprune.recovery.weight_grid import grid_for_recovery, lies_on_grid
+    from edgeprune.search.recovering import settle_quantization_aware
+
+    task = decoder_task(tmp_path)
+    teacher = copy.deepcopy(task.teacher().model)
+    litert, executorch = fit_ladder(("litert",)), fit_ladder(("executorch",))
+    assert not lies_on_grid(teacher, 32) and grid_for_recovery(teacher, litert) is None
+    with torch.no_grad():
+        for linear in grid_linears(teacher, 32):
+            linear.weight.copy_(quantized_blocks(linear.weight, 32))
+    assert lies_on_grid(teacher, 32)
+    assert grid_for_recovery(teacher, litert) == "litert-int4"
+    assert grid_for_recovery(teacher, executorch) == "int4-decoder"
+    assert grid_for_recovery(teacher, ("int8", "fp32")) is None
+    assert grid_for_recovery(teacher, fit_ladder(("litert",), output_layer=False)) is None  # an encoder's ladder
+    with torch.no_grad():  # about a tenth of a step off in every weight: not on the grid (a shift of a block is)
+        for linear in grid_linears(teacher, 32):
+            blocks = linear.weight.unflatten(1, (-1, 32))
+            steps = ((blocks.amax(-1) - blocks.amin(-1)) / 15).repeat_interleave(32, 1)
+            linear.weight.add_(steps * 0.1 * torch.randn_like(linear.weight) + steps)
+    assert not lies_on_grid(teacher, 32)
+
+    notes = []
+    progress = Progress(enabled=False)
+    progress.note = notes.append
+    assert FitOptions().recovery_quantization_aware == "auto"
+    grid_teacher = copy.deepcopy(task.teacher().model)
+    with torch.no_grad():
+        for linear in grid_linears(grid_teacher, 32):
+            linear.weight.copy_(quantized_blocks(linear.weight, 32))
+    settled = settle_quantization_aware(FitOptions(recover_steps=2), grid_teacher, litert, progress)
+    assert settled.recovery_quantization_aware == "litert-int4" and "lie on litert-int4's 4-bit grid" in notes[0]
+    student = copy.deepcopy(grid_teacher)
+    prune_heads(student, {0: [0, 1]})
+    result, _ = run_recovery(student, grid_teacher, task, settled, Progress(enabled=False))
+    assert result.config.quantization_aware == "litert-int4"
+    assert all(torch.allclose(BlockOffsetLinear(m, 32).dense_weight(), m.weight, atol=1e-6)
+               for m in grid_linears(student, 32))
+    float_teacher = task.teacher().model
+    assert settle_quantization_aware(FitOptions(), float_teacher, litert, progress).recovery_quantization_aware is None
+    explicit = FitOptions(recovery_quantization_aware="int4-decoder")
+    assert settle_quantization_aware(explicit, float_teacher, litert, progress) is explicit
+    assert len(notes) == 1
+    # unsettled (outside fit), "auto" recovers in float
+    assert recovery_config(task, FitOptions()).quantization_aware is None

@@ -157,9 +157,12 @@ EXIT_CODES = ("0 every budget met; 2 bad input; 3 the budgets cannot be met (the
     click.option("--recover-precision", type=click.Choice(PRECISIONS), default="auto", show_default=True,
                  help="the students' training arithmetic; auto: bfloat16 autocast (float32 weights) where the CPU "
                  "computes in bfloat16 natively, else float32"),
-    click.option("--recover-quantization-aware", type=click.Choice(GRID_RECIPES), metavar="RECIPE",
+    click.option("--recover-quantization-aware", type=click.Choice((AUTO, "none", *GRID_RECIPES)), default=AUTO,
+                 show_default=True, metavar="auto|none|RECIPE",
                  help="train the recovered students through this recipe's 4-bit grid and leave them on it, so that "
-                 f"its artifact holds them exactly ({', '.join(GRID_RECIPES)}; default: float students)"),
+                 f"its artifact holds them exactly ({', '.join(GRID_RECIPES)}); auto: on the grid of the ladder's "
+                 "first such recipe when the teacher's weights already lie on it (a model from a Q4_1 GGUF), else "
+                 "in float; none: in float"),
     click.option("--time-limit", type=minutes_or_none, default=DEFAULT_TIME_LIMIT_MINUTES, show_default=True,
                  metavar="MINUTES|none",
                  help="start no candidate after the fit has run this long, once one meets every budget: the best so "
@@ -231,7 +234,8 @@ def run_fit(args: SimpleNamespace) -> int:
                          scoring_examples=args.scoring_examples, runtime=runtime,
                          recipes=tuple(args.recipe) if args.recipe else None, trim_vocabulary=args.trim_vocab,
                          recover_steps=args.recover_steps, recovery_precision=args.recover_precision,
-                         recovery_quantization_aware=args.recover_quantization_aware,
+                         recovery_quantization_aware=None if args.recover_quantization_aware == "none"
+                         else args.recover_quantization_aware,
                          ffn_fractions=args.ffn_fractions, ffn_allocation=args.ffn_allocation,
                          layer_removals=args.layer_removals, require_device=args.require_device,
                          quality_tolerance=args.quality_tolerance, time_limit_minutes=args.time_limit)

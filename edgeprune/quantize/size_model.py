@@ -25,7 +25,10 @@ from edgeprune.runtimes import RUNTIMES
 class ParameterLayout:
     """What the size of any recipe's export depends on: each matrix's kind and shape, and the other parameters."""
 
-    matrices: tuple[tuple[str, int, int], ...]  # ("linear" | "output" | "embedding", rows, columns)
+    # ("linear" | "fixed-linear" | "output" | "embedding", rows, columns); a fixed linear is an nn.Linear subclass
+    # (nn.MultiheadAttention's out_proj, whose weight the attention reads itself): quantized like a linear, never
+    # split into a symmetric part and offsets (`block_offsets.grid_linears` takes exactly nn.Linear)
+    matrices: tuple[tuple[str, int, int], ...]
     other_parameters: int
     tied_output: bool = False  # the output layer's weight is an embedding table's (counted in both matrices)
 
@@ -38,7 +41,8 @@ class ParameterLayout:
         for module in model.modules():
             if isinstance(module, nn.Linear | nn.Embedding):
                 rows, cols = module.weight.shape
-                kind = "embedding" if isinstance(module, nn.Embedding) else "output" if module is head else "linear"
+                kind = "embedding" if isinstance(module, nn.Embedding) else "output" if module is head \
+                    else "linear" if type(module) is nn.Linear else "fixed-linear"
                 matrices.append((kind, rows, cols))
                 counted.add(id(module.weight))
         return cls(tuple(matrices), sum(p.numel() for p in model.parameters() if id(p) not in counted),
@@ -72,7 +76,7 @@ def payload_bytes(model: "nn.Module | ParameterLayout", recipe: Recipe) -> int:
                 total += rows * cols / 2
         elif kind != "embedding":
             total += (head if kind == "output" else linear).linear_bytes(rows, cols, runtime, recipe.group_size)
-            split = kind == "linear" or recipe.output_layer_calibrated  # a calibrated output layer is split too
+            split = kind == "linear" or (kind == "output" and recipe.output_layer_calibrated)  # a calibrated head too
             if recipe.block_offsets and split and linear.stores_grouped(cols, recipe.group_size):
                 total += offset_bytes(rows, cols, recipe.group_size, runtime.row_parameter_bytes)
         else:

@@ -43,7 +43,7 @@ from edgeprune.search.estimate import HostEstimator
 from edgeprune.search.generator_figures import agreement_with_teacher, benchmark_generator
 from edgeprune.search.journal import JOURNAL_NAME, Journal, prepare_out_dir
 from edgeprune.search.options import FitOptions
-from edgeprune.search.recovering import RECOVERED_FOLDER, recovery_cost
+from edgeprune.search.recovering import RECOVERED_FOLDER, recovery_cost, settle_quantization_aware
 from edgeprune.search.result import BuiltArtifact, FitResult, fit_status
 from edgeprune.search.scoring import journaled_head_scores, normalization
 from edgeprune.search.searcher import best_first_search
@@ -169,6 +169,7 @@ def fit_task(
         else:
             shared.count("teacher")
         teacher = shared.teacher
+        options = settle_quantization_aware(options, teacher.model, recipes, progress)
         timings["teacher"] = time.perf_counter() - mark
         progress.note(f"dense teacher: test {teacher.test.metric} {teacher.test.value:.4f} (PyTorch)")
         progress.note(f"data split (seed {task.seed}): {_split_summary(task)}")

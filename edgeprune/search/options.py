@@ -62,8 +62,10 @@ class FitOptions:
     recovery_batch_size: int | None = None  # examples a recovery step; None: the task's (Task.recovery_batch_size)
     recovery_precision: str = "auto"  # the students' training arithmetic (`edgeprune.recovery.precision`)
     # a recipe whose 4-bit grid the students train through and are left on (`DistillConfig.quantization_aware`):
-    # litert-int4, whose artifact then holds a recovered model exactly; None: float students
-    recovery_quantization_aware: str | None = None
+    # litert-int4, whose artifact then holds a recovered model exactly; None: float students; "auto": fit trains
+    # them on the grid of its ladder's first 4-bit recipe with one when the teacher's weights lie on that grid
+    # (`weight_grid.grid_for_recovery`: a model that came as a Q4_1 GGUF), else in float
+    recovery_quantization_aware: str | None = AUTO
     # no candidate is started once the fit has run this long (resumed sessions included) and a candidate meets every
     # budget: the best so far ships, and the result says what was left unbuilt. None: search until nothing can win
     time_limit_minutes: float | None = None
@@ -95,7 +97,7 @@ class FitOptions:
         if self.recovery_precision not in PRECISIONS:
             raise UserInputError(f"recovery_precision must be one of {', '.join(PRECISIONS)}, "
                                  f"got {self.recovery_precision!r}")
-        if self.recovery_quantization_aware is not None:
+        if self.recovery_quantization_aware not in (None, AUTO):
             from edgeprune.recovery.weight_grid import grid_of
 
             grid_of(self.recovery_quantization_aware)

@@ -25,6 +25,7 @@ as, plus the most that rule was seen to fail by.
 import copy
 import dataclasses
 import io
+from collections.abc import Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Protocol
 
@@ -36,7 +37,7 @@ from edgeprune.progress import Progress
 from edgeprune.pruning import prune_heads
 from edgeprune.pruning.compensation import HeadOutputMeans
 from edgeprune.search.journal import Journal
-from edgeprune.search.options import FitOptions
+from edgeprune.search.options import AUTO, FitOptions
 from edgeprune.search.result import RecoveryCost
 from edgeprune.search.shared import RecoveredModel, SharedWork, calibration_inputs
 from edgeprune.search.space import Shape
@@ -207,6 +208,21 @@ def teacher_outputs(builder: RecoveringBuilder) -> "TeacherOutputs":
     return kept
 
 
+def settle_quantization_aware(options: FitOptions, teacher: nn.Module, recipes: Sequence[str],
+                              progress: Progress) -> FitOptions:
+    """`options` with an "auto" quantization-aware recovery settled for this fit's `teacher` and ladder `recipes`
+    (`weight_grid.grid_for_recovery`); said when the students will train on a grid."""
+    from edgeprune.recovery.weight_grid import grid_for_recovery
+
+    if options.recovery_quantization_aware != AUTO:
+        return options
+    grid = grid_for_recovery(teacher, recipes)
+    if grid is not None:
+        progress.note(f"the teacher's weights lie on {grid}'s 4-bit grid: recovered students train on it and stay "
+                      "on it (--recover-quantization-aware none: in float)")
+    return dataclasses.replace(options, recovery_quantization_aware=grid)
+
+
 def recovery_config(task: Task, options: FitOptions) -> "DistillConfig":
     """The distillation settings of fit's recoveries: `options.recovery_steps` steps, three validation passes, a
     short warm-up, the task's seed and recovery settings, `options.recovery_precision` and
@@ -214,9 +230,11 @@ def recovery_config(task: Task, options: FitOptions) -> "DistillConfig":
     from edgeprune.recovery import DistillConfig
 
     steps = options.recovery_steps
+    # "auto" is fit's to settle against its teacher (`weight_grid.grid_for_recovery`); left unsettled, float students
+    quantization_aware = None if options.recovery_quantization_aware == AUTO else options.recovery_quantization_aware
     return DistillConfig(max_steps=steps, eval_every=max(1, steps // 3), warmup_steps=min(20, steps // 5),
                          seed=task.seed, precision=options.recovery_precision,
-                         quantization_aware=options.recovery_quantization_aware, **task.recovery_settings)
+                         quantization_aware=quantization_aware, **task.recovery_settings)
 
 
 def run_recovery(student: nn.Module, teacher: nn.Module, task: Task, options: FitOptions, progress: Progress,
