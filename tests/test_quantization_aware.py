@@ -88,3 +88,11 @@ def test_distill_through_the_cli_leaves_a_decoder_on_litert_int4s_grid_and_its_a
     code = edgeprune.cli.main(["distill", "--task", "smollm2-bbc", "--teacher-model", str(teacher), "--model",
                                str(pruned), "--quantization-aware", "int4", "--out", str(tmp_path / "x")])
     assert code == 2 and "'int4' is not one of 'litert-int4', 'litert-int4-all'" in capsys.readouterr().err
+
+
+def test_fit_offers_auto_none_and_each_grid_recipe_for_its_recovery(capsys):
+    code = edgeprune.cli.main(["fit", "--task", "smollm2-bbc", "--device", "host", "--recover-quantization-aware",
+                               "int4"])
+    assert code == 2
+    assert "'int4' is not one of 'auto', 'none', 'litert-int4', 'litert-int4-all', 'int4-decoder', " \
+        "'int4-decoder-all'" in capsys.readouterr().err
