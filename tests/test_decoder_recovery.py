@@ -127,6 +127,8 @@ def test_fit_recovers_on_the_grid_by_default_only_when_the_teachers_weights_lie_
     assert settle_quantization_aware(FitOptions(), float_teacher, litert, progress).recovery_quantization_aware is None
     explicit = FitOptions(recovery_quantization_aware="int4-decoder")
     assert settle_quantization_aware(explicit, float_teacher, litert, progress) is explicit
+    no_recovery = settle_quantization_aware(FitOptions(recover_steps=0), grid_teacher, litert, progress)
+    assert no_recovery.recovery_quantization_aware is None
     assert len(notes) == 1
     # unsettled (outside fit), "auto" recovers in float
     assert recovery_config(task, FitOptions()).quantization_aware is None

@@ -216,7 +216,7 @@ def settle_quantization_aware(options: FitOptions, teacher: nn.Module, recipes: 
 
     if options.recovery_quantization_aware != AUTO:
         return options
-    grid = grid_for_recovery(teacher, recipes)
+    grid = grid_for_recovery(teacher, recipes) if options.recover_steps != 0 else None  # 0: nothing is recovered
     if grid is not None:
         progress.note(f"the teacher's weights lie on {grid}'s 4-bit grid: recovered students train on it and stay "
                       "on it (--recover-quantization-aware none: in float)")
