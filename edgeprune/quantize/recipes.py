@@ -86,6 +86,12 @@ class Recipe:
                                                                                          self.group_size)
 
     @property
+    def asymmetric_blocks(self) -> bool:
+        """True when the artifact stores the linears in asymmetric 4-bit blocks (a symmetric part and per-block
+        offsets): ExecuTorch's `block_offsets` recipes split in PyTorch, LiteRT's dynamic-int4 in its exporter."""
+        return self.block_offsets or self.litert_quantization == "dynamic-int4"
+
+    @property
     def needs_calibration(self) -> bool:
         """True when `apply` needs real task inputs: calibrated activation ranges, or a calibrated output layer."""
         return self.calibrated or self.output_layer_calibrated

@@ -10,7 +10,6 @@ is the model that was validated (docs/FINDINGS.md).
 
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
-from typing import TYPE_CHECKING
 
 import torch
 from torch import nn
@@ -18,9 +17,6 @@ from torch.nn.utils import parametrize
 
 from edgeprune.errors import UserInputError
 from edgeprune.quantize.block_offsets import grid_linears, quantized_blocks
-
-if TYPE_CHECKING:
-    from edgeprune.quantize.recipes import Recipe
 
 
 class AsymmetricBlocks(nn.Module):
@@ -37,18 +33,13 @@ class AsymmetricBlocks(nn.Module):
         return weight + (quantized - weight).detach()
 
 
-def stores_asymmetric_blocks(recipe: "Recipe") -> bool:
-    """Whether `recipe` stores linears in asymmetric 4-bit blocks (split into a symmetric part and offsets)."""
-    return recipe.litert_quantization == "dynamic-int4" or recipe.block_offsets
-
-
 def grid_of(recipe_name: str) -> int:
     """The block width of the asymmetric 4-bit grid `recipe_name` stores linears on (`litert-int4`, `litert-int4-all`,
     `int4-decoder`, `int4-decoder-all`: 32)."""
     from edgeprune.quantize.recipes import RECIPES
 
     recipe = RECIPES.get(recipe_name)
-    if not stores_asymmetric_blocks(recipe):
+    if not recipe.asymmetric_blocks:
         raise UserInputError(f"quantization-aware recovery trains on an asymmetric 4-bit grid (litert-int4's, "
                              f"int4-decoder's); {recipe_name} stores its weights otherwise")
     return recipe.group_size
@@ -97,6 +88,6 @@ def grid_for_recovery(teacher: nn.Module, recipes: Sequence[str]) -> str | None:
 
     for name in recipes:
         recipe = RECIPES.get(name)
-        if stores_asymmetric_blocks(recipe):
+        if recipe.asymmetric_blocks:
             return name if lies_on_grid(teacher, recipe.group_size) else None
     return None
