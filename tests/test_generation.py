@@ -12,7 +12,13 @@ from edgeprune.errors import UserInputError
 from edgeprune.export import export, load_artifact
 from edgeprune.generation import CacheLayout
 from edgeprune.generation.bench import benchmark_generation
-from edgeprune.generation.runner import Generator, greedy_reference, next_token_agreement
+from edgeprune.generation.runner import (
+    Generator,
+    TeacherContinuations,
+    greedy_reference,
+    next_token_agreement,
+    teacher_agreement,
+)
 from edgeprune.models import adapter_for
 from edgeprune.models.classifier import CausalLMLogits
 
@@ -95,6 +101,25 @@ def test_the_program_generates_the_pytorch_models_greedy_tokens(shipped):
     assert next_token_agreement(tokens, tokens) == 1.0
     with pytest.raises(Exception, match="context of 48"):
         generator.forward(list(range(3, 50)), 5)
+
+
+def test_the_teachers_continuations_are_computed_once_for_every_program_compared(shipped):
+    model, artifact = shipped
+    forwards = [0]
+    blocks = torch.randint(3, 1000, (3, 12), generator=torch.Generator().manual_seed(1))
+    reference = TeacherContinuations(model)
+    handle = model.register_forward_hook(lambda *_: forwards.__setitem__(0, forwards[0] + 1))
+    try:
+        first = teacher_agreement(Generator(artifact.path), reference, blocks, prompts=2, prompt_tokens=8,
+                                  new_tokens=6)
+        assert forwards == [2 * 6]  # one full-sequence forward per new token of each prompt
+        second = teacher_agreement(Generator(artifact.path), reference, blocks, prompts=2, prompt_tokens=8,
+                                   new_tokens=6)
+    finally:
+        handle.remove()
+    assert forwards == [2 * 6] and first == second
+    assert first.agreement == 1.0  # the fp32 program generates the model's own greedy tokens
+    assert reference(blocks[0, :8].tolist(), 6) == greedy_reference(model, blocks[0, :8].tolist(), 6)
 
 
 def test_generation_benchmark_measures_every_figure(shipped):

@@ -8,6 +8,7 @@ import torch
 from torch import nn
 
 from edgeprune.importance.base import Batch
+from edgeprune.models import forward_through_layers
 from edgeprune.models.base import AttentionBlock, dense_head_count
 
 
@@ -36,12 +37,15 @@ def weights_like(mask: torch.Tensor | None, values: torch.Tensor) -> torch.Tenso
     return mask.to(device=values.device, dtype=values.dtype)
 
 
-def forward(model: nn.Module, batch: Batch) -> object:
-    """A label-free forward, with the same call convention as `classification_loss`; a batch without token ids
-    (an image batch: `pixel_values`) is passed as keywords."""
+def forward(model: nn.Module, batch: Batch) -> None:
+    """A label-free forward, with the same call convention as `classification_loss`, run as far as the output of
+    the last layer (`forward_through_layers`: what the criteria measure is inside the layers); a batch without
+    token ids (an image batch: `pixel_values`) is passed as keywords."""
     if "input_ids" not in batch:
-        return model(**{name: value for name, value in batch.items() if name != "labels"})
-    return model(input_ids=batch["input_ids"], attention_mask=attention_mask(batch))
+        forward_through_layers(model, lambda: model(**{name: value for name, value in batch.items()
+                                                       if name != "labels"}))
+    else:
+        forward_through_layers(model, lambda: model(input_ids=batch["input_ids"], attention_mask=attention_mask(batch)))
 
 
 def masked_example_mean(values: torch.Tensor, mask: torch.Tensor | None) -> torch.Tensor:

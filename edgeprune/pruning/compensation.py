@@ -20,7 +20,7 @@ import torch
 from torch import nn
 
 from edgeprune.errors import UserInputError
-from edgeprune.models import ModelAdapter, adapter_for
+from edgeprune.models import ModelAdapter, adapter_for, forward_through_layers
 from edgeprune.models.base import dense_head_count
 
 Batch = Mapping[str, torch.Tensor]
@@ -80,7 +80,7 @@ def measure_head_means(model: nn.Module, batches: Iterable[Batch]) -> HeadOutput
         with torch.no_grad(), adapter.head_output_hook(model, accumulate):
             for batch in batches:
                 mask[0] = batch.get("attention_mask")
-                model(**_model_inputs(batch))
+                forward_through_layers(model, lambda: model(**_model_inputs(batch)))  # noqa: B023 (called at once)
     finally:
         model.train(was_training)
     if not counts or min(counts) == 0:

@@ -20,6 +20,7 @@ from torch import nn
 
 from edgeprune.errors import UserInputError
 from edgeprune.importance.base import Batch
+from edgeprune.importance.common import forward
 from edgeprune.models import adapter_for
 from edgeprune.models.base import INTERMEDIATE_SIZES_CONFIG_KEY, FeedForward
 
@@ -113,11 +114,7 @@ def neuron_statistics(model: nn.Module, batches: Iterable[Batch]) -> NeuronStati
         with torch.no_grad(), adapter.feed_forward_hook(model, accumulate):
             for batch in batches:
                 mask[0] = batch.get("attention_mask")
-                if "input_ids" in batch:
-                    ids = batch["input_ids"]
-                    model(input_ids=ids, attention_mask=torch.ones_like(ids) if mask[0] is None else mask[0])
-                else:
-                    model(**{k: v for k, v in batch.items() if k != "labels"})
+                forward(model, batch)
     finally:
         model.train(was_training)
     if not counts or min(counts) == 0:

@@ -40,7 +40,7 @@ from edgeprune.search.budget import Budget
 from edgeprune.search.builder import CandidateBuilder, journaled_artifact
 from edgeprune.search.choice import ACCURACY_METRICS, choose, pareto_front, quality_tolerance
 from edgeprune.search.estimate import HostEstimator
-from edgeprune.search.generator_figures import agreement_with_teacher, benchmark_generator
+from edgeprune.search.generator_figures import agreement_with_teacher, benchmark_generator, teacher_reference
 from edgeprune.search.journal import JOURNAL_NAME, Journal, prepare_out_dir
 from edgeprune.search.options import FitOptions
 from edgeprune.search.recovering import RECOVERED_FOLDER, recovery_cost, settle_quantization_aware
@@ -204,11 +204,12 @@ def fit_task(
         candidates, trials = searched.candidates, searched.trials
         fitted, binding, suggestions = choose(candidates, budget, teacher.validation, tolerance)
         keep_only(fitted, candidates, work)
+        reference = teacher_reference(teacher.model)  # the teacher's continuations, once for both programs
         for artifact in (dense, fitted):
             artifact.quality = builder.artifacts.runtime_quality(artifact, "test")
             if artifact.quality.metric in ACCURACY_METRICS:
                 artifact.test_accuracy = artifact.quality.value
-            artifact.teacher_agreement = agreement_with_teacher(task, teacher.model, work / artifact.path, progress)
+            artifact.teacher_agreement = agreement_with_teacher(task, reference, work / artifact.path, progress)
         timings["evaluation"] = time.perf_counter() - mark
 
         shipped = ship_files(task, work, fitted, vocabulary if fitted.vocabulary_size is not None else None,

@@ -3,6 +3,7 @@ machine, and how often its greedy continuations agree with the dense teacher's."
 
 import json
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import torch
 
@@ -13,6 +14,9 @@ from edgeprune.progress import Progress
 from edgeprune.serialization import to_jsonable, write_text_atomic
 from edgeprune.tasks.base import Task
 from edgeprune.tasks.causal_lm import CausalLMTask
+
+if TYPE_CHECKING:
+    from edgeprune.generation.runner import TeacherContinuations
 
 
 def benchmark_generator(folder: Path, artifact: str, profile: DeviceProfile, progress: Progress,
@@ -69,10 +73,18 @@ def chart_depths(context: int) -> tuple[int, ...]:
     return tuple(sorted(d for d in wanted if 0 < d <= context - 64)) or (context // 2,)
 
 
-def agreement_with_teacher(task: Task, teacher: torch.nn.Module, artifact: Path,
+def teacher_reference(teacher: torch.nn.Module) -> "TeacherContinuations":
+    """The teacher's greedy continuations, computed once for every program `agreement_with_teacher` compares."""
+    from edgeprune.generation.runner import TeacherContinuations
+
+    return TeacherContinuations(teacher)
+
+
+def agreement_with_teacher(task: Task, teacher: "torch.nn.Module | TeacherContinuations", artifact: Path,
                            progress: Progress) -> TeacherAgreement | None:
     """The program's greedy continuations of held-out test prompts against the teacher's (next-token agreement);
-    None for a program that is not a generator."""
+    None for a program that is not a generator. `teacher` a `TeacherContinuations` computes the teacher's once for
+    every program compared."""
     from edgeprune.export import load_artifact
     from edgeprune.generation.runner import Generator, program_generator, teacher_agreement
 
