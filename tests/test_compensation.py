@@ -25,7 +25,7 @@ REMOVE = {0: [1, 3], 2: [0, 1, 2]}
 GQA_REMOVE = {0: [2, 3], 1: [1, 3]}  # a whole KV group, then one query head from each group
 
 
-def _text_batches(vocab, count=2, size=3, length=10, seed=4):
+def text_batches(vocab, count=2, size=3, length=10, seed=4):
     generator = torch.Generator().manual_seed(seed)
     batches = []
     for _ in range(count):
@@ -52,12 +52,12 @@ def _mha_batches(count=2):
 
 
 FAMILIES = {
-    "bert": (tiny_bert, lambda: _text_batches(30522), REMOVE),
-    "roberta": (tiny_roberta, lambda: _text_batches(300), REMOVE),
-    "distilbert": (tiny_distilbert, lambda: _text_batches(500), REMOVE),
+    "bert": (tiny_bert, lambda: text_batches(30522), REMOVE),
+    "roberta": (tiny_roberta, lambda: text_batches(300), REMOVE),
+    "distilbert": (tiny_distilbert, lambda: text_batches(500), REMOVE),
     "vit": (tiny_vit, _pixel_batches, REMOVE),
-    "llama": (lambda: tiny("llama"), lambda: _text_batches(128), GQA_REMOVE),
-    "qwen2": (lambda: tiny("qwen2"), lambda: _text_batches(128), GQA_REMOVE),
+    "llama": (lambda: tiny("llama"), lambda: text_batches(128), GQA_REMOVE),
+    "qwen2": (lambda: tiny("qwen2"), lambda: text_batches(128), GQA_REMOVE),
     "mha": (encoder, _mha_batches, REMOVE),
 }
 
@@ -106,7 +106,7 @@ def test_compensated_removal_equals_replacing_the_heads_by_their_means(family):
 
 def test_means_are_token_weighted_over_real_tokens_only():
     model = tiny_bert()
-    batches = _text_batches(30522)
+    batches = text_batches(30522)
     contexts = []
     dense = model.encoder.layer[1].attention.output.dense
     handle = dense.register_forward_pre_hook(lambda _m, args: contexts.append(args[0]))
@@ -122,7 +122,7 @@ def test_means_are_token_weighted_over_real_tokens_only():
 
 def test_means_round_trip_json_and_record_removed_heads_as_missing():
     model = prune_heads(tiny_bert(), {0: [2]})
-    means = measure_head_means(model, _text_batches(30522, count=1))
+    means = measure_head_means(model, text_batches(30522, count=1))
     assert np.isnan(means.means[0][2]).all() and not np.isnan(means.means[0][[0, 1, 3]]).any()
     restored = HeadOutputMeans.from_dict(means.to_dict())
     for a, b in zip(means.means, restored.means, strict=True):
@@ -134,7 +134,7 @@ def test_means_round_trip_json_and_record_removed_heads_as_missing():
 
 def test_a_single_batch_or_no_data_is_refused_with_a_clear_message():
     model = tiny_bert()
-    batch = _text_batches(30522, count=1)[0]
+    batch = text_batches(30522, count=1)[0]
     with pytest.raises(UserInputError, match="wrap one batch in a list"):
         prune_heads(model, {0: [1]}, compensate=batch)
     with pytest.raises(UserInputError, match="batches were empty"):
@@ -144,7 +144,7 @@ def test_a_single_batch_or_no_data_is_refused_with_a_clear_message():
 
 def test_llama_output_bias_is_recorded_in_the_config_and_survives_save_and_load(tmp_path):
     model = tiny("llama")
-    batches = _text_batches(128)
+    batches = text_batches(128)
     assert model.model.layers[0].self_attn.o_proj.bias is None
     prune_heads(model, GQA_REMOVE, compensate=batches)
     assert model.model.layers[0].self_attn.o_proj.bias is not None

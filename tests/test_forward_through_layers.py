@@ -10,18 +10,12 @@ from edgeprune.importance.fluctuation import Fluctuation
 from edgeprune.models import adapter_for, forward_through_layers
 from edgeprune.pruning import measure_head_means
 from edgeprune.pruning.ffn import neuron_statistics
+from tests.test_compensation import text_batches
 from tests.test_llama_adapter import VOCAB, tiny
 
 
-def _batches(count=2, size=3, length=10):
-    generator = torch.Generator().manual_seed(4)
-    batches = []
-    for _ in range(count):
-        ids = torch.randint(3, VOCAB, (size, length), generator=generator)
-        mask = torch.ones_like(ids)
-        mask[1, 6:] = 0
-        batches.append({"input_ids": ids, "attention_mask": mask})
-    return batches
+def _batches():
+    return text_batches(VOCAB)
 
 
 def _count_calls(module: torch.nn.Module) -> list[int]:
