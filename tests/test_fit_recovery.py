@@ -271,3 +271,19 @@ def test_a_shape_is_read_back_from_its_journal_key(shape):
     assert Shape.from_key(shape.key) == shape and recovered_key(shape) == f"{shape.structure.key}-recovered"
     with pytest.raises(ValueError, match="not a shape key"):
         Shape.from_key(f"{shape.key}-recovered")
+
+
+def test_the_dense_structures_estimate_is_the_teachers_measured_quality(tiny_bert_dir, tmp_path):
+    task = make_task("classification", tiny_bert_dir, write_csv(tmp_path / "d.csv", topic_rows(12)),
+                     max_length=16, progress=Progress(enabled=False))
+    teacher = task.teacher()
+    scores = score_heads(teacher.model, task.batches("calibration", 8), "taylor", loss_fn=task.loss)
+    options, profile, notes = FitOptions(scoring_examples=8), load_profile("host"), Recorder()
+    builder = CandidateBuilder(teacher.model, scores.normalize_per_layer(), task, options, tmp_path, notes,
+                               "executorch", profile, this_machine(options, profile),
+                               Journal(tmp_path / "journal.jsonl", {}, False), teacher_validation=teacher.validation)
+    assert builder.unrecovered_proxy(Shape()) == teacher.validation
+    assert builder.journal.proxies[Shape().key]["value"] == teacher.validation.value
+    assert not any("PyTorch estimate" in n for n in notes.notes)  # nothing measured again
+    builder.unrecovered_proxy(Shape(3))
+    assert sum("PyTorch estimate" in n for n in notes.notes) == 1

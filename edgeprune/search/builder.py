@@ -53,8 +53,11 @@ class CandidateBuilder:
     def __init__(self, teacher: nn.Module, scores: HeadScores, task: Task, options: FitOptions, work: Path,
                  progress: Progress, runtime: str, profile: DeviceProfile, benchmarker: Benchmarker,
                  journal: Journal, vocabulary: VocabularyMap | None = None, shared: SharedWork | None = None,
-                 means: HeadOutputMeans | None = None, elsewhere: WorkElsewhere | None = None) -> None:
+                 means: HeadOutputMeans | None = None, elsewhere: WorkElsewhere | None = None,
+                 teacher_validation: Quality | None = None) -> None:
         self.teacher, self.task, self.options, self.work, self.progress = teacher, task, options, work, progress
+        # the dense structure's PyTorch estimate, when the caller measured it already (`Task.teacher`)
+        self.teacher_validation = teacher_validation
         self.journal, self.vocabulary = journal, vocabulary
         # what does not depend on the device (means, statistics, layouts, estimates, runtime qualities): another
         # device's builder of the same fleet may have filled it already
@@ -124,6 +127,8 @@ class CandidateBuilder:
         if key not in proxies and key in self.shared.proxies:  # measured for another device of the fleet
             self.journal.record_proxy(key, self.shared.proxies[key])
             self.shared.count("PyTorch estimates")
+        if key not in proxies and shape.structure == Shape() and self.teacher_validation is not None:
+            self.journal.record_proxy(key, to_jsonable(self.teacher_validation))  # nothing removed: the teacher's
         if key not in proxies:
             mark = time.perf_counter()
             quality = batched_quality(self.task, self.facts.pruned(shape.structure), "validation")

@@ -186,7 +186,8 @@ def fit_task(
             elsewhere = WorkElsewhere()  # what builds ahead on Ray measure, and their pause before a benchmark
             benchmarker = benchmarker_for(profile, options, device_link, estimator, pool)
             builder = CandidateBuilder(teacher.model, scores, task, options, work, progress, runtime, profile,
-                                       benchmarker, journal, vocabulary, shared, means, elsewhere)
+                                       benchmarker, journal, vocabulary, shared, means, elsewhere,
+                                       teacher.validation)
             mark = time.perf_counter()
             dense = _dense_baseline(builder, runtime, journal)
             ahead = _builds_ahead(builder, elsewhere, builds_ahead, shared_folder, progress)
