@@ -273,7 +273,7 @@ def test_a_shape_is_read_back_from_its_journal_key(shape):
         Shape.from_key(f"{shape.key}-recovered")
 
 
-def test_the_dense_structures_estimate_is_the_teachers_measured_quality(tiny_bert_dir, tmp_path):
+def test_the_dense_structures_estimate_is_the_teachers_and_the_measured_ones_are_listed(tiny_bert_dir, tmp_path):
     task = make_task("classification", tiny_bert_dir, write_csv(tmp_path / "d.csv", topic_rows(12)),
                      max_length=16, progress=Progress(enabled=False))
     teacher = task.teacher()
@@ -282,8 +282,10 @@ def test_the_dense_structures_estimate_is_the_teachers_measured_quality(tiny_ber
     builder = CandidateBuilder(teacher.model, scores.normalize_per_layer(), task, options, tmp_path, notes,
                                "executorch", profile, this_machine(options, profile),
                                Journal(tmp_path / "journal.jsonl", {}, False), teacher_validation=teacher.validation)
+    assert builder.measured_estimates() == {Shape(): teacher.validation}  # what the searcher ranks the rest by
     assert builder.unrecovered_proxy(Shape()) == teacher.validation
     assert builder.journal.proxies[Shape().key]["value"] == teacher.validation.value
     assert not any("PyTorch estimate" in n for n in notes.notes)  # nothing measured again
-    builder.unrecovered_proxy(Shape(3))
+    three = builder.unrecovered_proxy(Shape(3, trim_vocabulary=True))
     assert sum("PyTorch estimate" in n for n in notes.notes) == 1
+    assert builder.measured_estimates() == {Shape(): teacher.validation, Shape(3): three}

@@ -38,6 +38,7 @@ from edgeprune.search.recovering import (
     recovered_qualities,
     recovery_start,
     signed_value,
+    unrecovered_estimates,
 )
 from edgeprune.search.result import BuiltArtifact
 from edgeprune.search.shape_facts import ShapeFacts
@@ -137,6 +138,14 @@ class CandidateBuilder:
                                f"{quality.value:.4f} ({time.perf_counter() - mark:.0f} s)")
         self.shared.proxies[key] = proxies[key]
         return from_jsonable(Quality, proxies[key])
+
+    def measured_estimates(self) -> dict[Shape, Quality]:
+        """Each structure whose unrecovered PyTorch estimate is measured (the dense one's is the teacher's, when the
+        caller gave it), with that estimate: what `proxy` answers without measuring, and what the searcher bounds
+        the others by."""
+        if self.teacher_validation is not None:
+            self.unrecovered_proxy(Shape())  # nothing to measure: records the teacher's
+        return {Shape.from_key(key): quality for key, quality in unrecovered_estimates(self).items()}
 
     def tolerance(self) -> float:
         """Validation qualities this close are a tie (`choice.quality_tolerance` of the teacher's PyTorch estimate)."""

@@ -101,6 +101,13 @@ def recovered_qualities(builder: RecoveringBuilder) -> dict[str, Quality]:
             if key.endswith(RECOVERED)}
 
 
+def unrecovered_estimates(builder: RecoveringBuilder) -> dict[str, Quality]:
+    """Structure key → PyTorch validation quality of the teacher pruned to it (no recovery), for every structure
+    measured so far in this fit (or for another device of the fleet)."""
+    records = {**builder.shared.proxies, **builder.journal.proxies}
+    return {key: from_jsonable(Quality, quality) for key, quality in records.items() if not key.endswith(RECOVERED)}
+
+
 def bound(builder: RecoveringBuilder, shape: Shape) -> Quality:
     """What an artifact of this structure can measure at most, as the search may close lines on. Without
     recovery, its PyTorch estimate (quantization only takes away). With recovery, the estimate measured after

@@ -27,6 +27,8 @@ class Proposal:
     shape: Shape
     threshold: float | None = None
     closest: bool = False  # nothing met every budget: the most compressed candidate, measured in full
+    # False: ranked by the most its PyTorch estimate can be, not measured yet (only `upcoming` and `stop` see these)
+    estimated: bool = True
 
 
 @dataclass
@@ -64,6 +66,8 @@ class SearchSpace(Protocol):
 
     def proxy(self, shape: Shape) -> Quality: ...
 
+    def measured_estimates(self) -> dict[Shape, Quality]: ...
+
     def bound(self, shape: Shape) -> Quality: ...
 
     def candidate(self, recipe: Recipe, shape: Shape, budget: Budget, reference: Quality,
@@ -95,6 +99,10 @@ class BestFirstSearcher:
     artifact showed over its estimate) and built in order of that estimate less the quantization loss
     measured for the recipe. A built candidate over a resource budget moves its line's frontier (and teaches
     the latency model); the search ends when no frontier's bound beats the best candidate meeting every budget.
+    Estimates are measured lazily (seconds each on a decoder): a frontier not estimated yet ranks by the most its
+    estimate can be, the least estimate measured for a structure it is at least as compressed as, and is measured
+    only once that puts it first; so the order is the one all estimates would give, and a search stopped by a time
+    limit leaves the frontiers it never reached unmeasured.
 
     The interface is ask-and-tell, in the spirit of ModelOpt's searchers: `propose()` names the next candidate
     (None when nothing left can win), `tell()` / `reject()` report what building it gave. It keeps no checkpoint of
@@ -152,8 +160,10 @@ class BestFirstSearcher:
         meanwhile may close their lines), for work that can start early, such as exports on other machines."""
         return [] if self.done else self._ranked()[1:1 + count]
 
-    def _ranked(self) -> list[Proposal]:
-        """Every candidate that can still win, most promising first (closing the lines that cannot)."""
+    def _ranked(self, measure: bool = True) -> list[Proposal]:
+        """Every candidate that can still win, most promising first (closing the lines that cannot). `measure`:
+        measure the estimate of the first until the first is estimated; else the frontiers not estimated yet are
+        left so (`Proposal.estimated` False), ranked by the most their estimates can be."""
         space = self.space
         self.frontier = {}
         for line in self.lines:
@@ -170,23 +180,33 @@ class BestFirstSearcher:
                 self.closed[line] = "cannot beat a measured candidate that is less compressed"
             elif not self._dominated(line.recipe, shape, others) and (line.recipe, shape) not in self.built:
                 contenders.append((line, shape))
-        ranked = []
         gain = _largest_gain(self.anchors, space)
-        for line, shape in contenders:
-            proxy = space.proxy(shape)
-            estimate = signed(proxy)
-            bound = space.bound(shape)  # = the estimate, except before recovery when fit recovers
-            named = "PyTorch estimate" if bound == proxy else "Bound (recovered, less compressed)"
-            threshold = _threshold(self.incumbent, shape, space, self.tolerance)
-            if threshold is not None and signed(bound) + gain <= threshold:
-                self.closed[line] = f"{named} {bound.value:.4f} cannot beat the best so far"
-            elif self.floor is not None and signed(bound) + gain < self.floor:
-                self.closed[line] = f"{named} {bound.value:.4f} is under the quality floor"
-            else:  # most promising first: the estimate less what this recipe was seen to lose
-                expected = estimate - _quantization_loss(line.recipe, self.anchors, self.order, space)
-                ranked.append((-expected, self.order[line.recipe], shape, line))
-        return [Proposal(line.recipe, shape, _threshold(self.incumbent, shape, space, self.tolerance))
-                for _, _, shape, line in sorted(ranked, key=lambda item: item[:3])]
+        while True:
+            ranked = []
+            measured = {other: signed(quality) for other, quality in space.measured_estimates().items()}
+            for line, shape in contenders:
+                if line in self.closed:
+                    continue
+                loss = _quantization_loss(line.recipe, self.anchors, self.order, space)
+                if shape.structure not in measured:  # ranked by the most its estimate can be, not closed
+                    ranked.append((loss - _ceiling(shape, measured), self.order[line.recipe], shape, line, False))
+                    continue
+                proxy = space.proxy(shape)
+                bound = space.bound(shape)  # = the estimate, except before recovery when fit recovers
+                named = "PyTorch estimate" if bound == proxy else "Bound (recovered, less compressed)"
+                threshold = _threshold(self.incumbent, shape, space, self.tolerance)
+                if threshold is not None and signed(bound) + gain <= threshold:
+                    self.closed[line] = f"{named} {bound.value:.4f} cannot beat the best so far"
+                elif self.floor is not None and signed(bound) + gain < self.floor:
+                    self.closed[line] = f"{named} {bound.value:.4f} is under the quality floor"
+                else:  # most promising first: the estimate less what this recipe was seen to lose
+                    ranked.append((loss - signed(proxy), self.order[line.recipe], shape, line, True))
+            ranked.sort(key=lambda item: item[:3])
+            if measure and ranked and not ranked[0][4]:
+                space.proxy(ranked[0][2])  # the first is not estimated yet: measure it, then rank again
+                continue
+            return [Proposal(line.recipe, shape, _threshold(self.incumbent, shape, space, self.tolerance),
+                             estimated=estimated) for _, _, shape, line, estimated in ranked]
 
     def tell(self, proposal: Proposal, artifact: BuiltArtifact) -> None:
         """What building `proposal` gave (benchmarked or not, checked against the budget)."""
@@ -230,30 +250,35 @@ class BestFirstSearcher:
                                  layers_removed=shape.layers_removed, trim_vocabulary=shape.trim_vocabulary))
         self.rejected.add(proposal.recipe)
 
-    def stop(self, reason: str) -> None:
+    def stop(self, reason: str) -> bool:
         """End the search before nothing left can win (a time limit): each candidate that could still have won is
-        recorded as a trial not built, with its bound, and `stopped_early` says how many were left."""
+        recorded as a trial not built, with its bound, and `stopped_early` says how many were left. False, and
+        nothing done, when nothing left could win: the search ends on its own at the next `propose`."""
         if self.done:
-            return
-        contenders = self._ranked()
+            return False
+        contenders = self._ranked(measure=False)  # what was never estimated stays so: stopping measures nothing
+        if not contenders:
+            return False
         self.done = True
         space = self.space
         for proposal in contenders:
             shape = proposal.shape
+            could = (f"its bound {space.bound(shape).value:.4f} could still beat the best" if proposal.estimated
+                     else "not estimated; the estimates of less compressed structures could still beat the best")
             self.trials.append(Trial(proposal.recipe, shape.heads_removed,
                                      space.predict_bytes(shape, RECIPES.get(proposal.recipe)),
-                                     note=f"not built: {reason}; its bound {space.bound(shape).value:.4f} could "
-                                     "still beat the best", ffn_fraction=shape.ffn_fraction,
+                                     note=f"not built: {reason}; {could}", ffn_fraction=shape.ffn_fraction,
                                      layers_removed=shape.layers_removed, trim_vocabulary=shape.trim_vocabulary,
-                                     estimated_quality=space.proxy(shape).value))
+                                     estimated_quality=space.proxy(shape).value if proposal.estimated else None))
             for line, frontier in self.frontier.items():
                 if line.recipe == proposal.recipe and frontier == shape:
                     self.closed[line] = reason
         self._note_lines_not_built(skip={reason})
         left = len(contenders)
         self.stopped_early = (f"{reason}, with {left} candidate{'s' if left != 1 else ''} that could still beat the "
-                              "best not built" if left else f"{reason}; nothing left could beat the best")
+                              "best not built")
         self.progress.note(f"search stopped: {self.stopped_early}")
+        return True
 
     def result(self) -> tuple[list[BuiltArtifact], list[Trial]]:
         """Every candidate built and every trial, the lines never built included."""
@@ -316,16 +341,19 @@ def best_first_search(builder: SearchSpace, budget: Budget, recipes: tuple[str, 
 
     clock = clock or since_started
     waiting_said = False
-    while batch := searcher.propose_batch(1 + (ahead.depth if ahead is not None else 0)):
+    while True:
+        # checked before the next proposal: ranking may measure an estimate, which a stopped search does not need
+        limit_reached = time_limit_s is not None and clock() >= time_limit_s
+        limit = f"the time limit ({time_limit_s / 60:g} min) was reached" if limit_reached else ""
+        if limit_reached and searcher.incumbent is not None and searcher.stop(limit):
+            break
+        batch = searcher.propose_batch(1 + (ahead.depth if ahead is not None else 0))
+        if not batch:
+            break
         proposal = batch[0]
-        if time_limit_s is not None and not proposal.closest and clock() >= time_limit_s:
-            limit = f"the time limit ({time_limit_s / 60:g} min) was reached"
-            if searcher.incumbent is not None:
-                searcher.stop(limit)
-                break
-            if not waiting_said:
-                progress.note(f"{limit}; searching on until a candidate meets every budget")
-                waiting_said = True
+        if limit_reached and not proposal.closest and not waiting_said:
+            progress.note(f"{limit}; searching on until a candidate meets every budget")
+            waiting_said = True
         if ahead is not None:
             ahead.before_build(proposal, batch[1:])
         try:
@@ -390,6 +418,14 @@ def _frontier(builder: SearchSpace, line: Line, budget: Budget, over: list[tuple
                 continue
         return shape
     return None
+
+
+def _ceiling(shape: Shape, measured: dict[Shape, float]) -> float:
+    """The most `shape`'s estimate (signed, higher better) can be, by the search's assumption that quality does not
+    rise with compression: the least of the measured estimates of structures it is at least as compressed as
+    (infinite when none is measured)."""
+    return min((value for other, value in measured.items() if shape.structure.at_least_as_compressed_as(other)),
+               default=float("inf"))
 
 
 def _largest_gain(anchors: list[tuple[str, Shape, BuiltArtifact]], builder: SearchSpace) -> float:
