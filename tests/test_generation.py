@@ -15,6 +15,7 @@ from edgeprune.generation.bench import benchmark_generation
 from edgeprune.generation.runner import (
     Generator,
     TeacherContinuations,
+    greedy_cached,
     greedy_reference,
     next_token_agreement,
     teacher_agreement,
@@ -108,18 +109,20 @@ def test_the_teachers_continuations_are_computed_once_for_every_program_compared
     forwards = [0]
     blocks = torch.randint(3, 1000, (3, 12), generator=torch.Generator().manual_seed(1))
     reference = TeacherContinuations(model)
-    handle = model.register_forward_hook(lambda *_: forwards.__setitem__(0, forwards[0] + 1))
+    handle = model.model.register_forward_hook(lambda *_: forwards.__setitem__(0, forwards[0] + 1))
     try:
         first = teacher_agreement(Generator(artifact.path), reference, blocks, prompts=2, prompt_tokens=8,
                                   new_tokens=6)
-        assert forwards == [2 * 6]  # one full-sequence forward per new token of each prompt
+        assert forwards == [2 * 6]  # per prompt: the prompt, then one token at a time through the cache
         second = teacher_agreement(Generator(artifact.path), reference, blocks, prompts=2, prompt_tokens=8,
                                    new_tokens=6)
     finally:
         handle.remove()
     assert forwards == [2 * 6] and first == second
     assert first.agreement == 1.0  # the fp32 program generates the model's own greedy tokens
-    assert reference(blocks[0, :8].tolist(), 6) == greedy_reference(model, blocks[0, :8].tolist(), 6)
+    for block in blocks:  # the teacher's cache gives its full-sequence forward's tokens
+        assert reference(block[:8].tolist(), 6) == greedy_reference(model, block[:8].tolist(), 6)
+    assert greedy_cached(model, [5, 17, 33], 20) == greedy_reference(model, [5, 17, 33], 20)
 
 
 def test_generation_benchmark_measures_every_figure(shipped):
