@@ -117,7 +117,7 @@ def greedy_cached(model: torch.nn.Module, prompt: Sequence[int], max_new_tokens:
 class TeacherContinuations:
     """A teacher's greedy continuations (`greedy_cached`), each computed once: a fit compares the dense and the
     fitted program with the same teacher on the same prompts. Through the teacher's KV cache, since a full-sequence
-    forward per token made the teacher's part of one agreement 35-40 s for SmolLM2-135M on this machine's 2 cores."""
+    forward per token made the teacher's part of one agreement 30 s for SmolLM2-135M on this machine's 2 cores."""
 
     def __init__(self, teacher: torch.nn.Module) -> None:
         self.teacher = teacher

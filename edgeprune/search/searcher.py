@@ -101,9 +101,9 @@ class BestFirstSearcher:
     the latency model); the search ends when no frontier's bound beats the best candidate meeting every budget.
     Estimates are measured lazily (13-19 s each on SmolLM2-135M): a frontier not estimated yet ranks by the most
     its estimate can be (the least estimate measured for a structure it is at least as compressed as) and is
-    measured once that could put it first, so the candidates built are those all estimates would give (but for a
-    rare order: a line the eager search would close on an estimate not measured here still dominates others), and
-    a search stopped by a time limit leaves the frontiers it never reached unmeasured.
+    measured once that could put it first or tie the first, so the candidates built are those all estimates would
+    give (but for a rare order: a line the eager search would close on an estimate not measured here still
+    dominates others), and a search stopped by a time limit leaves the frontiers it never reached unmeasured.
 
     The interface is ask-and-tell, in the spirit of ModelOpt's searchers: `propose()` names the next candidate
     (None when nothing left can win), `tell()` / `reject()` report what building it gave. It keeps no checkpoint of
@@ -163,8 +163,8 @@ class BestFirstSearcher:
 
     def _ranked(self, measure: bool = True) -> list[Proposal]:
         """Every candidate that can still win, most promising first (closing the lines that cannot). `measure`:
-        measure the estimate of the first until the first is estimated; else the frontiers not estimated yet are
-        left so (`Proposal.estimated` False), ranked by the most their estimates can be."""
+        measure estimates until none not measured could rank first or tie the first; else the frontiers not
+        estimated yet are left so (`Proposal.estimated` False), ranked by the most their estimates can be."""
         space = self.space
         self.frontier = {}
         for line in self.lines:
@@ -182,9 +182,10 @@ class BestFirstSearcher:
             elif not self._dominated(line.recipe, shape, others) and (line.recipe, shape) not in self.built:
                 contenders.append((line, shape))
         gain = _largest_gain(self.anchors, space)
+        asked: dict[Shape, float] = {}  # measured here: known even to a space that does not list it
         while True:
             ranked = []
-            measured = {other: signed(quality) for other, quality in space.measured_estimates().items()}
+            measured = asked | {other: signed(quality) for other, quality in space.measured_estimates().items()}
             for line, shape in contenders:
                 if line in self.closed:
                     continue
@@ -207,7 +208,8 @@ class BestFirstSearcher:
             # one not estimated yet that could rank first, or tie the first (ties go by recipe and shape): measure it
             unsettled = [item for item in ranked if not item[4] and item[0] <= first_estimated]
             if measure and unsettled:
-                space.proxy(unsettled[0][2])
+                structure = unsettled[0][2].structure
+                asked[structure] = signed(space.proxy(structure))
                 continue
             return [Proposal(line.recipe, shape, _threshold(self.incumbent, shape, space, self.tolerance),
                              estimated=estimated) for _, _, shape, line, estimated in ranked]
