@@ -57,9 +57,10 @@ class CandidateBuilder:
                  means: HeadOutputMeans | None = None, elsewhere: WorkElsewhere | None = None,
                  teacher_validation: Quality | None = None) -> None:
         self.teacher, self.task, self.options, self.work, self.progress = teacher, task, options, work, progress
-        # the dense structure's PyTorch estimate, when the caller measured it already (`Task.teacher`)
-        self.teacher_validation = teacher_validation
         self.journal, self.vocabulary = journal, vocabulary
+        if teacher_validation is not None and Shape().key not in journal.proxies:
+            # the dense structure's PyTorch estimate is the teacher's, which the caller measured (`Task.teacher`)
+            journal.record_proxy(Shape().key, to_jsonable(teacher_validation))
         # what does not depend on the device (means, statistics, layouts, estimates, runtime qualities): another
         # device's builder of the same fleet may have filled it already
         self.shared = shared if shared is not None else SharedWork()
@@ -128,8 +129,6 @@ class CandidateBuilder:
         if key not in proxies and key in self.shared.proxies:  # measured for another device of the fleet
             self.journal.record_proxy(key, self.shared.proxies[key])
             self.shared.count("PyTorch estimates")
-        if key not in proxies and shape.structure == Shape() and self.teacher_validation is not None:
-            self.journal.record_proxy(key, to_jsonable(self.teacher_validation))  # nothing removed: the teacher's
         if key not in proxies:
             mark = time.perf_counter()
             quality = batched_quality(self.task, self.facts.pruned(shape.structure), "validation")
@@ -143,8 +142,6 @@ class CandidateBuilder:
         """Each structure whose unrecovered PyTorch estimate is measured (the dense one's is the teacher's, when the
         caller gave it), with that estimate: what `proxy` answers without measuring, and what the searcher bounds
         the others by."""
-        if self.teacher_validation is not None:
-            self.unrecovered_proxy(Shape())  # nothing to measure: records the teacher's
         return {Shape.from_key(key): quality for key, quality in unrecovered_estimates(self).items()}
 
     def tolerance(self) -> float:
