@@ -90,3 +90,30 @@ def test_the_dense_model_alone_measures_nothing_and_is_the_teachers(llama_dir, t
     teacher = make_task("causal-lm", llama_dir, tmp_path / "t.jsonl", max_length=16).teacher()
     with torch.no_grad():
         assert torch.equal(dense(ids)[0], teacher.model(ids)[0])
+
+
+def test_recovery_trains_on_more_calibration_blocks_than_scoring_reads(llama_dir, tmp_path):
+    """`recovery_blocks` lengthens what recovery trains on (`recovery_examples`, read by `DistillData.from_task`),
+    not the calibration split scoring reads, whose blocks stay the first of the recovery's; other splits keep
+    `max_blocks`; the cap is part of the cache key (recovered weights depend on it)."""
+    from edgeprune.recovery import DistillData
+
+    data = write_jsonl(tmp_path / "t.jsonl", long_rows() * 4)
+    plain = make_task("causal-lm", llama_dir, data, max_length=8, max_blocks=3)
+    longer = make_task("causal-lm", llama_dir, data, max_length=8, max_blocks=3, recovery_blocks=7)
+    assert plain.count("calibration") == longer.count("calibration") == 3
+    assert torch.equal(plain.recovery_examples()["input_ids"], plain.encode("calibration")["input_ids"])
+    recovery = longer.recovery_examples()["input_ids"]
+    assert recovery.shape == (7, 8) and torch.equal(recovery[:3], longer.encode("calibration")["input_ids"])
+    assert longer.count("validation") == plain.count("validation") == 3
+    trained = torch.cat([batch["input_ids"] for batch in DistillData.from_task(longer, batch_size=2).train(0)])
+    assert sorted(map(tuple, trained.tolist())) == sorted(map(tuple, recovery.tolist()))
+    assert plain.cache_key() != longer.cache_key()
+    assert longer.describe()["recovery_blocks"] == 7
+
+
+@pytest.mark.parametrize("option", ["max_blocks", "recovery_blocks"])
+def test_a_block_cap_must_be_a_positive_whole_number(llama_dir, tmp_path, option):
+    data = write_jsonl(tmp_path / "t.jsonl", long_rows())
+    with pytest.raises(UserInputError, match=f"{option} must be a whole number of blocks"):
+        make_task("causal-lm", llama_dir, data, max_length=8, **{option: 0})

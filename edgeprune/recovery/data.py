@@ -31,13 +31,14 @@ class DistillData:
     @classmethod
     def from_task(cls, task: "Task", batch_size: int = 16, seed: int = 0,
                   train_limit: int | None = None, validation_limit: int | None = None) -> "DistillData":
-        """Train on the task's calibration split, shuffled per epoch with `seed`; validate on its validation
-        split. The test split is never read. Works for labelled and unlabelled tasks (causal-LM blocks)."""
+        """Train on the task's calibration split (`Task.recovery_examples`), shuffled per epoch with `seed`;
+        validate on its validation split. The test split is never read. Works for labelled and unlabelled tasks
+        (causal-LM blocks)."""
         if batch_size < 1:
             raise ValueError(f"batch_size must be at least 1, got {batch_size}")
 
         def train(epoch: int) -> Iterator[Batch]:
-            data = task.encode("calibration")
+            data = task.recovery_examples()
             total = len(data["input_ids"])
             count = total if train_limit is None else min(train_limit, total)
             generator = torch.Generator().manual_seed(seed * 100_003 + epoch)

@@ -21,6 +21,9 @@ for _task in (TextClassificationTask, EmbeddingTask, CausalLMTask, ImageClassifi
 
 BUNDLED_TASKS = ("minilm-bbc", "smollm2-bbc")
 SMOLLM2_BLOCKS = 96  # blocks per split of smollm2-bbc (12k tokens at 128 each): enough to rank, quick to evaluate
+# calibration blocks smollm2-bbc's recoveries train on: fit's (150 steps of 2 blocks) reads each once, and one of
+# --recover-steps 250 too
+SMOLLM2_RECOVERY_BLOCKS = 512
 
 
 def minilm_model_path() -> Path:
@@ -51,6 +54,7 @@ def bundled_task(name: str, model_path: Path | None = None, **options: Any) -> T
         require_extra("demo", "the bundled BBC News text")
         folder = bundled_model_path(name) if model_path is None else model_folder(model_path)
         options.setdefault("max_blocks", SMOLLM2_BLOCKS)
+        options.setdefault("recovery_blocks", SMOLLM2_RECOVERY_BLOCKS)
         return CausalLMTask(name=name, model_path=folder, load_items=load_bbc_news, data_description=source,
                             **options)
     return TextClassificationTask(name=name, model_path=minilm_model_path() if model_path is None

@@ -138,6 +138,11 @@ class Task(ABC):
     def count(self, split: Split) -> int:
         return int(next(iter(self.encode(split).values())).shape[0])
 
+    def recovery_examples(self) -> Batch:
+        """What recovery trains on: the calibration split, unless the task keeps more of its calibration text for
+        training than it scores on."""
+        return self.encode("calibration")
+
     def batches(self, split: Split, batch_size: int, limit: int | None = None) -> Iterator[Batch]:
         data = self.encode(split)
         total = self.count(split) if limit is None else min(limit, self.count(split))
