@@ -149,7 +149,7 @@ def test_distill_recovers_a_pruned_decoder_with_the_tasks_own_settings(tmp_path,
     assert summary["steps"] == 3 and summary["metric"] == "neg_kl"
     record = json.loads((out / "distill.json").read_text())
     config = record["result"]["config"]
-    assert (config["learning_rate"], config["temperature"], config["task_weight"]) == (4e-4, 1.0, 0.0)
+    assert (config["learning_rate"], config["temperature"], config["task_weight"]) == (3e-4, 1.0, 0.0)
     assert record["task"] == "smollm2-bbc" and record["student"] == str(pruned)
     recovered = load(out)
     assert [block.num_heads for block in adapter_for(recovered).attention_blocks(recovered)] == [2, 2]

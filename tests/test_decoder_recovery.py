@@ -1,5 +1,5 @@
 """fit recovers a pruned decoder the way its task says decoders recover (`Task.recovery_*`): batches of 2 blocks, KL
-at temperature 1 without the next-token loss, learning rate 4e-4, validation passes over 16 blocks; an encoder's
+at temperature 1 without the next-token loss, learning rate 3e-4, validation passes over 16 blocks; an encoder's
 task keeps DistillConfig's defaults, and `FitOptions.recovery_batch_size` still overrides the task."""
 
 import copy
@@ -47,7 +47,7 @@ def test_a_decoder_recovers_with_its_tasks_settings(tmp_path):
     passes = validation[:4 * 8]
     assert passes == [2] * 32
     assert sum(validation[32:]) == task.count("validation")
-    assert (config.learning_rate, config.temperature, config.task_weight) == (4e-4, 1.0, 0.0)
+    assert (config.learning_rate, config.temperature, config.task_weight) == (3e-4, 1.0, 0.0)
     training, _, _ = blocks_seen(task, FitOptions(recover_steps=2, recovery_batch_size=3))
     assert training == [3, 3]
 

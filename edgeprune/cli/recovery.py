@@ -78,7 +78,7 @@ def distill_command(**values: object) -> int:
     """Recover a pruned model by distillation from the dense teacher.
 
     A decoder task (smollm2-bbc) distils with its own recovery settings in place of the defaults shown: learning
-    rate 4e-4, temperature 1, no next-token loss, batches of 2 blocks, 16 validation blocks, as fit does."""
+    rate 3e-4, temperature 1, no next-token loss, batches of 2 blocks, 16 validation blocks, as fit does."""
     return run_distill(as_args(values))
 
 
