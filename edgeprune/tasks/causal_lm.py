@@ -142,9 +142,10 @@ class CausalLMTask(TextTask):
             if available == 0:
                 raise UserInputError(f"the {split} split holds {len(stream)} tokens, less than one block of "
                                      f"--max-length {self.max_length}; add text or lower --max-length")
-            for name, cap in ((split, self.max_blocks), ("recovery", self.recovery_blocks)):
-                if name == "recovery" and (split != "calibration" or cap is None):
-                    continue
+            caps = {split: self.max_blocks}
+            if split == "calibration" and self.recovery_blocks is not None:
+                caps["recovery"] = self.recovery_blocks  # the calibration text recovery trains on
+            for name, cap in caps.items():
                 blocks = available if cap is None else min(available, cap)
                 ids = torch.tensor(stream[:blocks * self.max_length], dtype=torch.long).reshape(blocks, self.max_length)
                 encoded[name] = {"input_ids": ids, "attention_mask": torch.ones_like(ids)}
