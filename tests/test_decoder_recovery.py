@@ -81,11 +81,13 @@ def test_fit_recovers_on_a_recipes_4_bit_grid_when_asked(tmp_path):
 
 def test_fit_recovers_on_the_grid_by_default_only_when_the_teachers_weights_lie_on_it(tmp_path):
     """`recovery_quantization_aware="auto"` (fit's default): a teacher that came as a Q4_1 GGUF (its linears on
-    asymmetric 4-bit blocks of 32, as SmolLM2's are) recovers on the first grid recipe of the ladder; a float teacher,
-    or a ladder without such a recipe, recovers in float; a choice made by name is left as it is."""
+    asymmetric 4-bit blocks of 32, as SmolLM2's are) recovers on the ladder's grid recipe that puts the output layer at
+    4 bits too, its output layer trained on that grid as well; a float teacher, or a ladder without such a recipe,
+    recovers in float; a choice made by name is left as it is."""
     from edgeprune.quantize.block_offsets import BlockOffsetLinear, grid_linears, quantized_blocks
+    from edgeprune.quantize.formats import output_layer
     from edgeprune.quantize.recipes import fit_ladder
-    from edgeprune.recovery.weight_grid import grid_for_recovery, lies_on_grid
+    from edgeprune.recovery.weight_grid import grid_for_recovery, lies_on_grid, output_grid
     from edgeprune.search.recovering import settle_quantization_aware
 
     task = decoder_task(tmp_path)
@@ -96,8 +98,9 @@ def test_fit_recovers_on_the_grid_by_default_only_when_the_teachers_weights_lie_
         for linear in grid_linears(teacher, 32):
             linear.weight.copy_(quantized_blocks(linear.weight, 32))
     assert lies_on_grid(teacher, 32)
-    assert grid_for_recovery(teacher, litert) == "litert-int4"
-    assert grid_for_recovery(teacher, executorch) == "int4-decoder"
+    assert grid_for_recovery(teacher, litert) == "litert-int4-all"
+    assert grid_for_recovery(teacher, executorch) == "int4-decoder-all"
+    assert grid_for_recovery(teacher, ("litert-int8", "litert-int4")) == "litert-int4"  # no 4-bit output layer
     assert grid_for_recovery(teacher, ("int8", "fp32")) is None
     assert grid_for_recovery(teacher, fit_ladder(("litert",), output_layer=False)) is None  # an encoder's ladder
     with torch.no_grad():  # about a tenth of a step off in every weight: not on the grid (a shift of a block is)
@@ -116,13 +119,22 @@ def test_fit_recovers_on_the_grid_by_default_only_when_the_teachers_weights_lie_
         for linear in grid_linears(grid_teacher, 32):
             linear.weight.copy_(quantized_blocks(linear.weight, 32))
     settled = settle_quantization_aware(FitOptions(recover_steps=2), grid_teacher, litert, progress)
-    assert settled.recovery_quantization_aware == "litert-int4" and "lie on litert-int4's 4-bit grid" in notes[0]
+    assert settled.recovery_quantization_aware == "litert-int4-all"
+    assert "lie on litert-int4-all's 4-bit grid" in notes[0]
     student = copy.deepcopy(grid_teacher)
     prune_heads(student, {0: [0, 1]})
-    result, _ = run_recovery(student, grid_teacher, task, settled, Progress(enabled=False))
-    assert result.config.quantization_aware == "litert-int4"
+    head = output_layer(student)
+    assert not torch.equal(output_grid(head.weight, 32), head.weight)
+    recovery_notes = []
+    watched = Progress(enabled=False)
+    watched.note = recovery_notes.append
+    result, _ = run_recovery(student, grid_teacher, task, settled, watched)
+    assert result.config.quantization_aware == "litert-int4-all"
+    assert "  training 14 linears through litert-int4-all's 4-bit grid (the output layer placed by GPTQ first)" \
+        in recovery_notes
     assert all(torch.allclose(BlockOffsetLinear(m, 32).dense_weight(), m.weight, atol=1e-6)
                for m in grid_linears(student, 32))
+    assert output_layer(student) is head and torch.equal(output_grid(head.weight, 32), head.weight)
     float_teacher = task.teacher().model
     assert settle_quantization_aware(FitOptions(), float_teacher, litert, progress).recovery_quantization_aware is None
     explicit = FitOptions(recovery_quantization_aware="int4-decoder")

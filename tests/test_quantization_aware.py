@@ -96,3 +96,48 @@ def test_fit_offers_auto_none_and_each_grid_recipe_for_its_recovery(capsys):
     assert code == 2
     assert "'int4' is not one of 'auto', 'none', 'litert-int4', 'litert-int4-all', 'int4-decoder', " \
         "'int4-decoder-all'" in capsys.readouterr().err
+
+
+def test_the_output_layer_is_placed_by_gptq_then_trained_through_its_grid_with_its_tied_table():
+    """With calibration, `trained_on_grid` places a tied output layer by GPTQ, then multiplies by its grid (bfloat16
+    steps, as the export's GPTQ places it) while the embedding table looks rows up on the same grid; gradients
+    reach the one shared float weight from both; afterwards the layer is on its grid, the table tied to it again,
+    and the export's GPTQ places it exactly there."""
+    from edgeprune.quantize.formats import output_layer
+    from edgeprune.quantize.gptq import gptq_blocks, input_moment
+    from edgeprune.recovery.weight_grid import GridLookup, output_grid
+    from tests.test_tied_output import calibration, tied_decoder
+
+    model = tied_decoder(layer_std=0.05)
+    inner = model.model
+    head, table = output_layer(model), inner.get_input_embeddings()
+    assert table.weight is head.weight and not torch.equal(output_grid(head.weight, GROUP), head.weight)
+    batches = calibration()
+    ids = batches[0][0]
+    with trained_on_grid(model, GROUP, lambda: [model(*batch) for batch in batches]) as count:
+        assert count == 2 * 7 + 1  # every linear of both layers (64 and 128 wide) and the output layer
+        original = head.parametrizations.weight.original
+        assert isinstance(inner.get_input_embeddings(), GridLookup)
+        on_grid = output_grid(original, GROUP)
+        hidden = torch.randn(3, 64)
+        logits = head(hidden)
+        assert torch.allclose(logits, hidden @ on_grid.T, atol=1e-5)
+        rows = inner.get_input_embeddings()(ids)
+        assert torch.equal(rows, on_grid[ids])
+        (logits.sum() + rows.sum()).backward()
+        expected = torch.ones(3, 512).T @ hidden  # straight through: as if the weight were float
+        expected.index_add_(0, ids.reshape(-1), torch.ones(ids.numel(), 64))
+        assert torch.allclose(original.grad, expected, atol=1e-4)
+        with torch.no_grad():
+            original.add_(0.003 * torch.randn_like(original))  # a training step moves it off the grid
+    assert inner.get_input_embeddings() is table and table.weight is head.weight
+    assert torch.equal(output_grid(head.weight, GROUP), head.weight)
+    symmetric, offsets = gptq_blocks(head.weight, input_moment(model, head, batches), GROUP)
+    assert torch.allclose(symmetric + offsets.repeat_interleave(GROUP, dim=1), head.weight, rtol=0, atol=1e-6)
+
+
+def test_only_the_recipes_with_a_4_bit_output_layer_train_it():
+    from edgeprune.recovery.weight_grid import trains_output_layer
+
+    assert [name for name in ("litert-int4", "litert-int4-all", "int4-decoder", "int4-decoder-all")
+            if trains_output_layer(name)] == ["litert-int4-all", "int4-decoder-all"]

@@ -160,9 +160,10 @@ EXIT_CODES = ("0 every budget met; 2 bad input; 3 the budgets cannot be met (the
     click.option("--recover-quantization-aware", type=click.Choice((AUTO, "none", *GRID_RECIPES)), default=AUTO,
                  show_default=True, metavar="auto|none|RECIPE",
                  help="train the recovered students through this recipe's 4-bit grid and leave them on it, so that "
-                 f"its artifact holds them exactly ({', '.join(GRID_RECIPES)}); auto: on the grid of the ladder's "
-                 "first such recipe when the teacher's weights already lie on it (a model from a Q4_1 GGUF), else "
-                 "in float; none: in float"),
+                 f"its artifact holds them exactly ({', '.join(GRID_RECIPES)}; an -all recipe's output layer too, "
+                 "placed by GPTQ first); auto: on the grid of the ladder's such recipe with a 4-bit output layer, "
+                 "else its first, when the teacher's weights already lie on it (a model from a Q4_1 GGUF), else in "
+                 "float; none: in float"),
     click.option("--time-limit", type=minutes_or_none, default=DEFAULT_TIME_LIMIT_MINUTES, show_default=True,
                  metavar="MINUTES|none",
                  help="start no candidate after the fit has run this long, once one meets every budget: the best so "

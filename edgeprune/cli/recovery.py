@@ -22,7 +22,8 @@ OVERRIDES = {"max_steps": int, "max_seconds": float, "max_epochs": int, "learnin
              "hidden_weight": float, "warmup_steps": int, "eval_every": int, "patience": int, "seed": int,
              "precision": PRECISIONS, "quantization_aware": GRID_RECIPES}
 OVERRIDE_HELP = {"quantization_aware": "train the student through this recipe's 4-bit grid and leave it on it, so that "
-                 "the recipe's artifact holds the recovered weights exactly (default: float weights)"}
+                 "the recipe's artifact holds the recovered weights exactly; an -all recipe's output layer too, placed "
+                 "by GPTQ first (default: float weights)"}
 
 
 def _defaults():  # noqa: ANN202 - a DistillConfig

@@ -12,7 +12,7 @@ GPTQ) need CUDA kernels or pack their own formats, and this grid is LiteRT's spl
 (what XNNPACK's blockwise kernels read, so that the codes stay exact on the runtime) and a float minimum.
 """
 
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 
 import torch
 from torch import nn
@@ -24,6 +24,17 @@ DAMPING = 0.01  # of H's mean diagonal, added to its diagonal: GPTQ's default, k
 
 def input_moment(model: nn.Module, linear: nn.Linear, batches: Iterable[tuple[torch.Tensor, ...]]) -> torch.Tensor:
     """H = Σ x·xᵀ / n over every input row `linear` sees while `model` runs on each batch (float64, in × in)."""
+
+    def run() -> None:
+        for batch in batches:
+            model(*batch)
+
+    return observed_moment(linear, run)
+
+
+def observed_moment(linear: nn.Linear, run: Callable[[], object]) -> torch.Tensor:
+    """H = Σ x·xᵀ / n over every input row `linear` sees while `run()` runs (without gradients): float64, in × in.
+    ValueError when it saw none."""
     moment = torch.zeros(linear.in_features, linear.in_features, dtype=torch.float64)
     rows = 0
 
@@ -36,8 +47,7 @@ def input_moment(model: nn.Module, linear: nn.Linear, batches: Iterable[tuple[to
     hook = linear.register_forward_pre_hook(observe)
     try:
         with torch.no_grad():
-            for batch in batches:
-                model(*batch)
+            run()
     finally:
         hook.remove()
     if rows == 0:

@@ -11,6 +11,7 @@ from edgeprune.importance.base import Batch
 from edgeprune.models import adapter_for
 from edgeprune.models.base import frozen_parameters
 from edgeprune.progress import Progress
+from edgeprune.quantize.recipes import CALIBRATION_EXAMPLES
 from edgeprune.recovery.config import DistillConfig, DistillResult
 from edgeprune.recovery.data import DistillData
 from edgeprune.recovery.losses import (
@@ -24,7 +25,7 @@ from edgeprune.recovery.losses import (
 )
 from edgeprune.recovery.precision import resolve_precision, training_autocast
 from edgeprune.recovery.teacher_outputs import TeacherOutputs
-from edgeprune.recovery.weight_grid import grid_of, trained_on_grid
+from edgeprune.recovery.weight_grid import grid_of, trained_on_grid, trains_output_layer
 
 
 def resolve_layer_map(student: nn.Module, teacher: nn.Module, config: DistillConfig) -> list[int] | None:
@@ -135,8 +136,10 @@ def distill(student: nn.Module, teacher: nn.Module, data: DistillData, config: D
         stack.enter_context(torch.random.fork_rng(devices=[]))  # dropout draws from the seeded global RNG
         stack.enter_context(frozen_parameters(teacher))
         if config.quantization_aware:  # validated from here on, trained, and left on the recipe's 4-bit grid
-            on_grid = stack.enter_context(trained_on_grid(student, grid_of(config.quantization_aware)))
-            progress.note(f"  training {on_grid} linears through {config.quantization_aware}'s 4-bit grid")
+            calibration = output_calibration(student, data) if trains_output_layer(config.quantization_aware) else None
+            on_grid = stack.enter_context(trained_on_grid(student, grid_of(config.quantization_aware), calibration))
+            progress.note(f"  training {on_grid} linears through {config.quantization_aware}'s 4-bit grid"
+                          + (" (the output layer placed by GPTQ first)" if calibration else ""))
         if layer_map is not None:
             stack.enter_context(captured_hidden(student, student_hidden))
             stack.enter_context(captured_hidden(teacher, teacher_hidden))
@@ -234,6 +237,22 @@ def distill(student: nn.Module, teacher: nn.Module, data: DistillData, config: D
     return DistillResult(metric, _metric_value(initial, metric), _metric_value(best, metric), best_step, step,
                          epoch + (1 if stopped != "max_epochs" else 0), time.monotonic() - started, stopped,
                          history, config, precision)
+
+
+def output_calibration(student: nn.Module, data: DistillData) -> Callable[[], None]:
+    """Runs `student` on the first training batches, CALIBRATION_EXAMPLES examples or a few more (as many as an
+    export's calibration reads): what GPTQ places its output layer on before a quantization-aware recovery trains
+    it (`weight_grid.place_output_layer`)."""
+
+    def run() -> None:
+        examples = 0
+        for batch in data.train(0):
+            forward(student, batch)
+            examples += len(batch["input_ids"])
+            if examples >= CALIBRATION_EXAMPLES:
+                return
+
+    return run
 
 
 def as_float32(outputs: Outputs, hidden: Sequence[torch.Tensor]) -> Outputs:
