@@ -55,6 +55,12 @@ def observed_moment(linear: nn.Linear, run: Callable[[], object]) -> torch.Tenso
     return moment / rows
 
 
+def block_step(low: torch.Tensor, high: torch.Tensor) -> torch.Tensor:
+    """A block's step on the grid GPTQ places weights on: its range / 15 rounded to bfloat16 (what XNNPACK's blockwise
+    kernels read), in `low`'s dtype."""
+    return ((high - low) / LEVELS).float().to(torch.bfloat16).to(low.dtype)
+
+
 def gptq_blocks(weight: torch.Tensor, moment: torch.Tensor, group: int) -> tuple[torch.Tensor, torch.Tensor]:
     """(W_sym, C) as `block_offsets.asymmetric_blocks` returns them, for `weight` [rows, cols] quantized by GPTQ
     against the input moment `moment` [cols, cols]: each block's step (bfloat16) and minimum come from the block's
@@ -76,7 +82,7 @@ def gptq_blocks(weight: torch.Tensor, moment: torch.Tensor, group: int) -> tuple
         end = start + group
         block = work[:, start:end]
         low = block.amin(1)
-        step = ((block.amax(1) - low) / LEVELS).float().to(torch.bfloat16).double()
+        step = block_step(low, block.amax(1))
         safe = torch.where(step > 0, step, torch.ones_like(step))
         errors = torch.zeros(rows, group, dtype=torch.float64)
         for column in range(group):  # GPTQ's lazy batch: within the block column by column, then one update

@@ -25,7 +25,7 @@ from torch.nn.utils import parametrize
 from edgeprune.errors import UserInputError
 from edgeprune.quantize.block_offsets import LEVELS, grid_linears, quantized_blocks
 from edgeprune.quantize.formats import output_layer
-from edgeprune.quantize.gptq import gptq_blocks, observed_moment
+from edgeprune.quantize.gptq import block_step, gptq_blocks, observed_moment
 from edgeprune.quantize.tied_output import holder_of
 
 
@@ -61,9 +61,11 @@ def output_grid(weight: torch.Tensor, group: int) -> torch.Tensor:
     asymmetric 4-bit blocks of `group` columns, each block's minimum and a bfloat16 step of its range / 15. Placed
     again by GPTQ, a weight on this grid comes back as it is. Rows are independent: a table's looked-up rows round
     as the whole table would."""
+    # not block_offsets.quantized_blocks: its steps are float, not GPTQ's bfloat16 ones, and its symmetric part plus
+    # offsets takes more passes over what is here a decoder's largest matrix, every training step
     blocks = weight.detach().float().unflatten(-1, (-1, group))
     low, high = torch.aminmax(blocks, dim=-1, keepdim=True)
-    step = ((high - low) / LEVELS).to(torch.bfloat16).float()
+    step = block_step(low, high)
     safe = torch.where(step > 0, step, torch.ones_like(step))
     codes = (blocks - low).div_(safe).round_().clamp_(0, LEVELS)
     return codes.mul_(step).add_(low).flatten(-2).to(weight.dtype)
