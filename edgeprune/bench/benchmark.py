@@ -20,6 +20,7 @@ import torch
 from edgeprune.devices.profile import DeviceProfile, PowerModel, native_keys
 from edgeprune.devices.transports.base import Transport
 from edgeprune.errors import EdgepruneError, UserInputError
+from edgeprune.bench.runner import TIMING_ENV
 from edgeprune.runtimes import RUNTIMES, runtime_for_suffix
 
 RUNNER = Path(__file__).with_name("runner.py")
@@ -200,7 +201,7 @@ def _run_python(transport: Transport, artifact: Path, inputs: tuple[torch.Tensor
                "--runtime", runtime, *own_runner, "--inputs", remote_inputs, "--threads", str(threads),
                "--warmup", str(warmup), "--runs", str(runs), "--out", "result.json", "--sensors", sensors,
                "--power-sensor", power_sensor, "--idle-s", f"{idle_s:g}", "--min-seconds", f"{min_seconds:g}"]
-    done = transport.run(command, timeout_s=timeout_s, env={"OMP_NUM_THREADS": "1", "MKL_NUM_THREADS": "1"})
+    done = transport.run(command, timeout_s=timeout_s, env=TIMING_ENV)
     if done.exit_code != 0:
         tail = (done.stderr or done.stdout).strip().splitlines()[-5:]
         raise EdgepruneError(f"benchmark of {artifact} on {transport.label} failed (exit {done.exit_code}): "

@@ -16,6 +16,13 @@ import statistics
 import sys
 import time
 
+# the environment of a process that times a runtime: one OpenMP thread. Torch (which only wraps inputs there) and
+# the MKL GEMVs that ExecuTorch's custom_sdpa calls from its own thread pool's workers (the `fast` attention) start
+# OpenMP teams whose threads spin between calls on the cores the runtime's pool decodes on: SmolLM2 `int4-decoder-all`
+# at 2 threads decoded 44 to 61 tokens/s with them and 183 without (2026-12-07, third session, docs/FINDINGS.md).
+# Read when OpenMP starts, so it is set for the process, not changed inside it.
+TIMING_ENV = {"OMP_NUM_THREADS": "1", "MKL_NUM_THREADS": "1"}
+
 
 def status_mb(field: str) -> float:
     """A memory figure of this process from /proc/self/status, in MiB."""

@@ -14,9 +14,10 @@ import sys
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from edgeprune.bench.runner import TIMING_ENV
 from edgeprune.errors import UserInputError, VerificationError
 
-FORMAT_VERSION = 2  # 2: device and emulated
+FORMAT_VERSION = 3  # 2: device and emulated; 3: openmp_threads
 
 
 @dataclass
@@ -45,6 +46,7 @@ class GenerationBenchmark:
     kv_cache_bytes: int | None = None  # the cache buffers at the full context, as the program declares them
     device: str = "host"
     emulated: str | None = None  # e.g. "emulated (QEMU user mode on x86_64)": the timings say nothing of a real board
+    openmp_threads: str | None = None  # OMP_NUM_THREADS of the measuring process (TIMING_ENV: "1"); None: unset
     version: int = FORMAT_VERSION
 
     @property
@@ -52,7 +54,8 @@ class GenerationBenchmark:
         return self.prompt_tokens / (self.ttft_ms / 1e3) if self.ttft_ms else 0.0
 
     def rows(self) -> list[tuple[str, str]]:
-        rows = [("threads", str(self.threads)), ("load", f"{self.load_ms:.0f} ms"),
+        threads = f"{self.threads} (OpenMP {self.openmp_threads})" if self.openmp_threads else str(self.threads)
+        rows = [("threads", threads), ("load", f"{self.load_ms:.0f} ms"),
                 ("time to first token", f"{self.ttft_ms:.1f} ms ({self.prompt_tokens}-token prompt)"),
                 ("prefill", f"{self.prefill_tokens_per_s:.0f} tokens/s")]
         rows += [(f"decode at depth {d.depth}", f"{d.tokens_per_s:.1f} tokens/s ({d.tokens} tokens in "
@@ -96,7 +99,8 @@ def benchmark_generation(path: Path, *, threads: int | None = None, prompt_token
                str(threads or os.cpu_count() or 1), "--prompt-tokens", str(prompt_tokens), "--min-seconds",
                str(min_seconds), "--depths", ",".join(str(d) for d in depths)]
     try:
-        done = subprocess.run(command, capture_output=True, text=True, timeout=timeout_s, check=False)
+        done = subprocess.run(command, capture_output=True, text=True, timeout=timeout_s, check=False,
+                              env={**os.environ, **TIMING_ENV})
     except subprocess.TimeoutExpired:
         raise UserInputError(f"the generation benchmark of {path} ran past {timeout_s:.0f} s") from None
     if done.returncode != 0:

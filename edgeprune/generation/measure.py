@@ -3,6 +3,7 @@ one line of JSON (a GenerationBenchmark). Not a user command: `edgeprune generat
 
 import argparse
 import json
+import os
 import statistics
 import sys
 import time
@@ -44,7 +45,7 @@ def main(argv: list[str] | None = None) -> int:
     from edgeprune.generation.runner import Generator
     from edgeprune.serialization import to_jsonable
 
-    torch.set_num_threads(args.threads)
+    torch.set_num_threads(1)  # torch only wraps inputs (and TIMING_ENV keeps its OpenMP to one thread)
     before = peak_rss_mb()
     started = time.perf_counter()
     generator = Generator(args.artifact, args.threads)
@@ -80,7 +81,7 @@ def main(argv: list[str] | None = None) -> int:
     result = GenerationBenchmark(args.artifact, args.threads, facts.context, prompt_tokens, round(load_ms, 2),
                                  round(statistics.median(prefill) * 1e3, 3), len(prefill), decode,
                                  round(peak_rss_mb(), 1), round(peak_rss_mb() - before, 1),
-                                 constants.get("get_kv_cache_bytes"))
+                                 constants.get("get_kv_cache_bytes"), openmp_threads=os.environ.get("OMP_NUM_THREADS"))
     print(json.dumps(to_jsonable(result)))
     return 0
 
