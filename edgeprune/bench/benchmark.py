@@ -17,10 +17,10 @@ from pathlib import Path
 import numpy as np
 import torch
 
+from edgeprune.bench.runner import TIMING_ENV
 from edgeprune.devices.profile import DeviceProfile, PowerModel, native_keys
 from edgeprune.devices.transports.base import Transport
 from edgeprune.errors import EdgepruneError, UserInputError
-from edgeprune.bench.runner import TIMING_ENV
 from edgeprune.runtimes import RUNTIMES, runtime_for_suffix
 
 RUNNER = Path(__file__).with_name("runner.py")
