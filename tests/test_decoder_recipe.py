@@ -12,6 +12,7 @@ from edgeprune.export.verify import compare_artifact
 from edgeprune.quantize import RECIPES
 from edgeprune.quantize.block_offsets import BlockOffsetLinear, quantized_blocks
 from edgeprune.quantize.formats import FORMATS, output_layer
+from edgeprune.quantize.fused_projections import ProjectionPart
 from edgeprune.quantize.size_model import ParameterLayout, payload_bytes
 from edgeprune.runtimes import RUNTIMES
 from tests.conftest import tiny_bert
@@ -29,8 +30,11 @@ def test_the_output_layer_is_stored_at_int8_and_every_other_linear_in_split_4_bi
     parts = [m for m in quantized.modules() if isinstance(m, BlockOffsetLinear)]
     plain = [m for m in quantized.modules() if type(m) is torch.nn.Linear and m is not head
              and all(m is not part.block_offsets for part in parts)]
-    # split wherever the group divides the width; the o_proj of layers 0 and 2 keep 16 and 24 inputs: 8 bits
-    assert len(parts) == 3 * 7 - 2 and sorted(m.in_features for m in plain) == [16, 24]
+    # q/k/v and gate/up fused first (four linears a layer), then split wherever the group divides the width; the
+    # o_proj of layers 0 and 2 keep 16 and 24 inputs: 8 bits
+    attention = quantized.model.model.layers[0].self_attn
+    assert attention.q_proj.shared is attention.v_proj.shared and attention.q_proj.out_features == 16
+    assert len(parts) == 3 * 4 - 2 and sorted(m.in_features for m in plain) == [16, 24]
     assert all(part.weight.target_dtype == torch.int4 and tuple(part.weight.block_size) == (1, 32) for part in parts)
     # offsets at int8 per row; a linear one block wide keeps its one column of offsets in float
     assert all(part.block_offsets.weight.target_dtype == torch.int8 for part in parts if part.in_features > 32)
@@ -39,21 +43,30 @@ def test_the_output_layer_is_stored_at_int8_and_every_other_linear_in_split_4_bi
     assert type(model.model.lm_head.weight) is torch.nn.Parameter  # the source is left as it was
 
 
+def stored_rows(module: torch.nn.Module) -> tuple[torch.nn.Module, slice]:
+    """The split linear holding `module`'s rows, and which: a fused projection's part holds its rows of one."""
+    if isinstance(module, ProjectionPart):
+        start = sum(module.shared.sizes[:module.index])
+        return module.shared.fused, slice(start, start + module.out_features)
+    return module, slice(None)
+
+
 def test_the_split_parts_hold_the_asymmetric_quantization_exactly():
     model = tiny_decoder()
     originals = {name: m.weight.detach().clone() for name, m in model.named_modules()
                  if type(m) is torch.nn.Linear and m.in_features % 32 == 0 and m is not output_layer(model)}
     quantized = dict(DECODER_RECIPE.apply(model).named_modules())
     for name, weight in originals.items():
-        part = quantized[name]
-        stored = part.weight.dequantize() + part.block_offsets.weight.dequantize().repeat_interleave(32, dim=1)
+        part, rows = stored_rows(quantized[name])
+        offsets = part.block_offsets.weight.dequantize()[rows]
+        stored = part.weight.dequantize()[rows] + offsets.repeat_interleave(32, dim=1)
         expected = quantized_blocks(weight, 32)
         step = (weight.unflatten(1, (-1, 32)).amax(-1) - weight.unflatten(1, (-1, 32)).amin(-1)) / 15
         # the 4-bit codes exactly; the offsets at int8 per row: within half an int8 step of the row's largest
-        offset_error = part.block_offsets.weight.dequantize().abs().amax(1, keepdim=True) / 127 / 2
+        offset_error = offsets.abs().amax(1, keepdim=True) / 127 / 2
         assert torch.all((stored - expected).abs() <= offset_error.repeat(1, weight.shape[1]) + 1e-6 * step.amax()), \
             name
-        codes = part.weight.dequantize().unflatten(1, (-1, 32)) / step[..., None]
+        codes = part.weight.dequantize()[rows].unflatten(1, (-1, 32)) / step[..., None]
         assert torch.allclose(codes, codes.round(), atol=1e-4), name  # on the grid of the original's steps
 
 

@@ -1,20 +1,21 @@
-"""Projections that read one input, fused for a generator's export (edgeprune/export/fused_projections.py): q/k/v and
+"""Projections that read one input, fused for a generator's export (edgeprune/quantize/fused_projections.py): q/k/v and
 gate/up become one linear each, with the same outputs, and a LiteRT generator carries one FULLY_CONNECTED per group."""
 
 import copy
+import importlib
 
 import pytest
 import torch
 import torch.nn.functional as F
 
 from edgeprune.export import export
-from edgeprune.export.fused_projections import (
+from edgeprune.quantize.block_offsets import BlockOffsetLinear, split_block_offsets
+from edgeprune.quantize.fused_projections import (
     FusedProjection,
     ProjectionPart,
     fuse_projections,
     projections_fused,
 )
-from edgeprune.quantize.block_offsets import BlockOffsetLinear, split_block_offsets
 from tests.test_generation import PREFILL, tiny_decoder
 
 
@@ -134,3 +135,22 @@ def test_a_4_bit_layer_from_its_parts_refuses_offsets_of_another_shape():
     assert BlockOffsetLinear(symmetric, 32, torch.zeros(3, 2)).block_offsets.weight.shape == (3, 2)
     with pytest.raises(ValueError, match="offsets of shape"):
         BlockOffsetLinear(symmetric, 32, torch.zeros(3, 1))
+
+
+@pytest.mark.parametrize("recipe", ["fp32", "int8-linear", "int4-decoder"])
+def test_an_executorch_recipe_fuses_before_it_quantizes_and_computes_what_the_separate_linears_would(recipe):
+    """Each row of a fused linear keeps its own quantization (per-row int8 scales, per-row-and-block 4-bit steps
+    and offsets) and its input's per-token int8 quantization is shared anyway: the fused module computes what the
+    module quantized layer by layer does."""
+    from edgeprune.quantize import RECIPES
+
+    recipes_module = importlib.import_module("edgeprune.quantize.recipes")  # the package's `recipes` is a function
+    model = tiny_decoder()
+    fused = RECIPES.get(recipe).apply(model)
+    with torch.no_grad(), pytest.MonkeyPatch.context() as patch:
+        patch.setattr(recipes_module, "fuse_projections", lambda module: [])
+        separate = RECIPES.get(recipe).apply(model)
+        assert type(separate.model.model.layers[1].mlp.up_proj) is not ProjectionPart
+        assert type(fused.model.model.layers[1].mlp.up_proj) is ProjectionPart
+        tokens = ids()
+        torch.testing.assert_close(fused.model(tokens).logits, separate.model(tokens).logits, rtol=0, atol=1e-5)

@@ -146,7 +146,7 @@ def test_a_decoder_generator_stores_its_weights_exactly_at_4_bits_and_its_output
     assert artifact.verification.min_cosine >= 0.999
     stored = stored_int4_weights(artifact.path)
     assert (30522, 32) not in [w.shape for w in stored]  # the vocabulary projection
-    # the generator fuses q/k/v and gate/up (export/fused_projections.py): per layer one 4-bit q/k/v, one gate/up
+    # the generator fuses q/k/v and gate/up (quantize/fused_projections.py): per layer one 4-bit q/k/v, one gate/up
     # (32 wide) and one down (64); o_proj only in layer 1 (8 heads of 4: 32 wide)
     assert len(stored) == 3 * 3 + 1
     # each is the symmetric part of the model's linears it stacks, up to the scales' bfloat16 rounding (2^-9)

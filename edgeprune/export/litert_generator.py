@@ -37,10 +37,10 @@ from torch import nn
 
 from edgeprune.bench.litert_generate import CachedGenerator, new_rows
 from edgeprune.errors import UserInputError
-from edgeprune.export.fused_projections import projections_fused
 from edgeprune.generation import CacheLayout
 from edgeprune.generation.grouped_attention import CacheAndNew, grouped_attention_in
 from edgeprune.generation.program import ProgramSpec
+from edgeprune.quantize.fused_projections import projections_fused
 
 METADATA_NAME = "edgeprune.generator"
 PREFILL, DECODE = "prefill", "decode"

@@ -60,8 +60,11 @@ class ProjectionPart(nn.Module):
 
     def __init__(self, shared: FusedProjection, index: int) -> None:
         super().__init__()
-        self.shared, self.index = shared, index
-        self.out_features = shared.sizes[index]
+        self.index, self.in_features, self.out_features = index, shared.fused.in_features, shared.sizes[index]
+        if index == 0:
+            self.shared = shared
+        else:  # registered under the first part only: module walks (torchao's quantize_) must meet its weights once
+            self.__dict__["shared"] = shared
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         return self.shared.part(x, self.index)
