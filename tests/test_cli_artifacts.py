@@ -28,6 +28,14 @@ def test_export_litert_int8_then_bench_it(tiny_bert_dir, tmp_path, capsys):
     assert 0 < result["p50_ms"] <= result["p90_ms"] and result["file_bytes"] == out.stat().st_size
 
 
+@pytest.mark.parametrize(("flags", "recipe"), [(["--recipe", "litert-int8"], "litert-int8"), ([], "litert-fp32")])
+def test_export_takes_the_runtime_from_the_recipe_or_the_files_suffix(tiny_bert_dir, tmp_path, capsys, flags, recipe):
+    out = tmp_path / "model.tflite"
+    assert main(["export", "--model", str(tiny_bert_dir), *flags, "--out", str(out), *TINY]) == 0
+    summary = json.loads(capsys.readouterr().out)
+    assert summary["runtime"] == "litert" and summary["recipe"] == recipe
+
+
 def test_quantize_saves_a_module_pytorch_can_run(tiny_bert_dir, tmp_path, capsys):
     out = tmp_path / "q.pt2"
     assert main(["quantize", "--model", str(tiny_bert_dir), "--recipe", "int8-emb4", "--out", str(out), *TINY]) == 0
@@ -43,6 +51,7 @@ def test_quantize_saves_a_module_pytorch_can_run(tiny_bert_dir, tmp_path, capsys
         (["export", "--runtime", "litert", "--recipe", "int8", "--out", "x.tflite"],
          "builds a executorch artifact, not litert"),
         (["export", "--runtime", "executorch", "--out", "x.tflite"], "executorch artifacts end in .pte"),
+        (["export", "--recipe", "litert-int8", "--out", "x.pte"], "litert artifacts end in .tflite"),
         (["quantize", "--recipe", "litert-int8", "--out", "x.pt2"], "use `edgeprune export --runtime litert"),
         (["bench", "missing.pte"], "does not exist"),
         (["fit", "--max-mb", "30", "--runtime", "litert", "--recipe", "int8"],

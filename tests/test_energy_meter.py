@@ -31,7 +31,10 @@ def test_a_power_meter_is_sampled_while_the_block_runs(tmp_path):
     current = tmp_path / "phone/sys/class/power_supply/battery/current_now"
     current.write_text("500000\n")  # 0.5 A x 3.987 V
     sensor = power_sensor("battery", Environment(str(tmp_path / "phone")))
-    switch = threading.Timer(0.3, lambda: current.write_text("1500000\n"))  # the load triples
+    # the load triples; written whole (a new file renamed over it), as sysfs serves a value: a truncated file read
+    # between the truncation and the write was an empty reading
+    fresh = tmp_path / "current_now.new"
+    switch = threading.Timer(0.3, lambda: (fresh.write_text("1500000\n"), fresh.replace(current)))
     with EnergyMeter(sensor) as meter:
         switch.start()
         time.sleep(0.6)

@@ -49,7 +49,8 @@ def quantize_command(**values: object) -> int:
                                        "edgeprune export --recipe int8 --out minilm.pte"],
                                       "0 written and verified; 2 bad input; 4 the artifact disagrees with PyTorch"))
 @task_options()
-@click.option("--runtime", type=click.Choice(RUNTIMES.names()), default="executorch", show_default=True)
+@click.option("--runtime", type=click.Choice(RUNTIMES.names()),
+              help="default: the recipe's runtime, else the one --out's suffix names, else executorch")
 @click.option("--recipe", type=click.Choice(RECIPES.names()), help="quantization recipe (default: the runtime's fp32)")
 @click.option("--out", type=click.Path(path_type=Path), required=True, help="artifact file (.pte or .tflite)")
 @click.option("--json", is_flag=True, help="the same JSON (the summary is always printed as JSON)")
@@ -134,6 +135,9 @@ def run_export(args: SimpleNamespace) -> int:
     from edgeprune.quantize import FP32_RECIPE, recipe_for_runtime
     from edgeprune.serialization import write_json_atomic
 
+    # a recipe belongs to one runtime and a suffix names one: either says what --runtime would
+    args.runtime = (args.runtime or (RECIPES.get(args.recipe).runtime if args.recipe else None)
+                    or runtime_for_suffix(args.out.suffix) or "executorch")
     recipe = recipe_for_runtime(args.recipe or FP32_RECIPE[args.runtime], args.runtime)
     suffix = RUNTIMES.get(args.runtime).suffix
     if args.out.suffix != suffix:

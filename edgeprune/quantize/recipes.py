@@ -71,8 +71,9 @@ class Recipe:
         if self.calibrated:
             return quantize_static(quantized, batches, self.runtime)
         # q/k/v and gate/up as one linear each before they are quantized (each row's quantization is its own, so
-        # the arithmetic is the same): fewer XNNPACK ops a decode step and fewer nodes for ExecuTorch's lowering,
-        # which spends minutes per thousand nodes on a decoder (LiteRT's generator fuses in its own exporter)
+        # the arithmetic is the same): fewer XNNPACK ops a decode step and fewer nodes for ExecuTorch's lowering to
+        # trace (SmolLM2 int4-decoder-all: exported in 388 s against 578, docs/FINDINGS.md; LiteRT's generator fuses
+        # in its own exporter)
         fuse_projections(quantized)
         head = output_layer(quantized) if self.output_layer not in (None, self.linear) else None
         split: list[nn.Module] = []

@@ -8,6 +8,7 @@ import tempfile
 from pathlib import Path
 
 from edgeprune.errors import UserInputError
+from edgeprune.progress import library_output_hidden
 
 GGUF_NAME = "SmolLM2-135M-Instruct.Q4_1.gguf"
 FOLDER_NAME = "smollm2-135m-instruct-q4_1-fp32"
@@ -37,8 +38,9 @@ def smollm2_model_path(cache_root: Path) -> Path:
     folder.parent.mkdir(parents=True, exist_ok=True)
     scratch = Path(tempfile.mkdtemp(prefix=f".{FOLDER_NAME}.", dir=folder.parent))
     try:
-        tokenizer = AutoTokenizer.from_pretrained(gguf.parent, gguf_file=gguf.name)
-        loaded = AutoModelForCausalLM.from_pretrained(gguf.parent, gguf_file=gguf.name, dtype=torch.float32)
+        with library_output_hidden():  # transformers' own progress bar of the GGUF's tensors
+            tokenizer = AutoTokenizer.from_pretrained(gguf.parent, gguf_file=gguf.name)
+            loaded = AutoModelForCausalLM.from_pretrained(gguf.parent, gguf_file=gguf.name, dtype=torch.float32)
         # transformers marks a GGUF-loaded model as quantized and refuses to save it: copy the (already
         # dequantized) float weights into a plain model of the same config
         config = loaded.config
