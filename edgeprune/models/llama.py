@@ -46,7 +46,7 @@ _ALLOWED_FORMS = ("remove either whole KV groups (a KV head with all its query h
                   "query heads from every group (or whole groups plus the same number from every other group)")
 
 
-def is_projection(module: object) -> bool:
+def _is_projection(module: object) -> bool:
     """An nn.Linear, or a module standing for one in an export (a fused projection's part, its rows of one shared
     linear: edgeprune/quantize/fused_projections.py), whose widths the KV cache's layout is read from."""
     return isinstance(module, nn.Linear) or (isinstance(module, nn.Module) and all(
@@ -54,7 +54,7 @@ def is_projection(module: object) -> bool:
 
 
 def _is_gqa_attention(module: nn.Module) -> bool:
-    if not all(is_projection(getattr(module, n, None)) for n in _PROJECTIONS):
+    if not all(_is_projection(getattr(module, n, None)) for n in _PROJECTIONS):
         return False
     config = getattr(module, "config", None)
     if not (hasattr(module, "num_key_value_groups") or hasattr(config, "num_key_value_heads")):
