@@ -139,7 +139,7 @@ def test_a_candidate_predicted_over_the_size_budget_is_measured_before_it_is_rec
     # at the limit (within the size model's slack): probed, found to fit, then recovered and built as ever
     shape = Shape(3, 0.5, 1, True)
     unrecovered = builder.build(shape, recipe, "size.pte", "measuring", recover=False).file_bytes
-    margin = builder.size_slack(recipe) - 1
+    margin = builder.facts.size_overrun(recipe, shape)
     assert builder.predict_bytes(shape, recipe) > unrecovered * (1 - margin)
     artifact = builder.candidate(recipe, shape, Budget(max_mb=unrecovered / 1e6), reference)
     assert artifact.recovery.startswith("distilled from the dense teacher") and "unrecovered" not in artifact.note

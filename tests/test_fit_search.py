@@ -74,8 +74,10 @@ class WorldBuilder:
     """The builder interface `best_first_search` uses, answering from the functions above; counts what it is asked."""
 
     def __init__(self, options: FitOptions, trimmable: bool = True, rejected: tuple[str, ...] = (),
-                 quality=proxy) -> None:
+                 quality=proxy, losses: dict[str, float] = LOSS) -> None:
         self.options = options
+        self.losses = losses  # what each recipe's quantization takes from the PyTorch quality
+        self.recipe_estimates: list[str] = []  # recipes whose loss was estimated, in the order asked
         self.quality = quality  # the fp32 model's validation quality at a shape (what artifacts measure, less LOSS)
         self.rejected = rejected  # recipes whose artifacts fail verification on this model
         self.vocabulary = object() if trimmable else None
@@ -102,7 +104,7 @@ class WorldBuilder:
         known = recipe.name if recipe.name in self.measured else next(iter(same_runtime), None)
         return None if known is None else latency_ms(known, shape)
 
-    def size_slack(self, recipe) -> float:  # as CandidateBuilder.size_slack: narrow once a file was measured
+    def size_slack(self, recipe, shape) -> float:  # as CandidateBuilder.size_slack: narrow once a file was measured
         return 1.01 if recipe.name in self.sized else 1.05
 
     def latency_slack(self, recipe) -> float:  # as ShapeFacts.latency_slack: 3 on a wider recipe's, 1.25 a narrower's
@@ -119,6 +121,10 @@ class WorldBuilder:
     def bound(self, shape: Shape) -> Quality:
         return self.proxy(shape)
 
+    def recipe_estimate(self, recipe) -> Quality:  # as CandidateBuilder.recipe_estimate: the recipe on the dense model
+        self.recipe_estimates.append(recipe.name)
+        return Quality("accuracy", self.quality(Shape()) - self.losses[recipe.name], True, "validation", 100)
+
     def measured_estimates(self) -> dict[Shape, Quality]:  # the unrecovered estimates asked for so far
         return {s: Quality("accuracy", proxy(s), True, "validation", 100) for s in self.proxies}
 
@@ -127,7 +133,7 @@ class WorldBuilder:
         self.built.append((recipe.name, shape))
         if recipe.name in self.rejected:
             raise VerificationError(f"candidate ({recipe.name}) disagrees with its PyTorch source: cosine 0.96 < 0.99")
-        artifact = artifact_for(recipe.name, shape, self.quality)
+        artifact = artifact_for(recipe.name, shape, self.quality, self.losses)
         if not budget.size_fits(artifact.file_bytes):
             artifact.validation_quality = None
         elif best is None or artifact.validation_quality.value > best:
@@ -146,8 +152,8 @@ class WorldBuilder:
 
     def evaluate(self, artifact: BuiltArtifact) -> None:
         shape = shape_of(artifact)
-        artifact.validation_quality = Quality("accuracy", self.quality(shape) - LOSS[artifact.recipe.name], True,
-                                              "validation", 100)
+        artifact.validation_quality = Quality("accuracy", self.quality(shape) - self.losses[artifact.recipe.name],
+                                              True, "validation", 100)
 
 
 def shape_of(artifact: BuiltArtifact) -> Shape:
@@ -155,7 +161,7 @@ def shape_of(artifact: BuiltArtifact) -> Shape:
                  artifact.vocabulary_size is not None)
 
 
-def artifact_for(recipe: str, shape: Shape, quality=proxy) -> BuiltArtifact:
+def artifact_for(recipe: str, shape: Shape, quality=proxy, losses: dict[str, float] = LOSS) -> BuiltArtifact:
     """The artifact of `recipe` at `shape`: its fp32 model measures `quality(shape)`, less what the recipe loses."""
     size = int(size_mb(recipe, shape) * 1e6)
     return BuiltArtifact(
@@ -164,7 +170,7 @@ def artifact_for(recipe: str, shape: Shape, quality=proxy) -> BuiltArtifact:
         Verification(1, 1.0, 0.0, 0.99), vocabulary_size=100 if shape.trim_vocabulary else None,
         ffn_fraction=shape.ffn_fraction, layers_removed=list(range(shape.layers_removed)),
         core_parameters=core_parameters(shape),
-        validation_quality=Quality("accuracy", quality(shape) - LOSS[recipe], True, "validation", 100))
+        validation_quality=Quality("accuracy", quality(shape) - losses[recipe], True, "validation", 100))
 
 
 def grid_best(options: FitOptions, budget: Budget, recipes: tuple[str, ...] = RECIPES) -> float | None:
@@ -182,12 +188,12 @@ def grid_best(options: FitOptions, budget: Budget, recipes: tuple[str, ...] = RE
 
 
 def grid_choice(budget: Budget, tolerance: float, recipes: tuple[str, ...] = RECIPES,
-                quality=proxy) -> BuiltArtifact | None:
+                quality=proxy, losses: dict[str, float] = LOSS) -> BuiltArtifact | None:
     """What `fit` would choose with every candidate of the space built and benchmarked."""
     everything = []
     for line in lines(recipes, (0.0, 0.25, 0.5), (0, 1, 2), (False, True)):
         for heads in head_counts(line.layers_removed):
-            artifact = artifact_for(line.recipe, line.shape(heads), quality)
+            artifact = artifact_for(line.recipe, line.shape(heads), quality, losses)
             artifact.benchmark = bench(latency_ms(line.recipe, line.shape(heads)))
             artifact.checks = budget.check(artifact.file_bytes, artifact.benchmark, artifact.validation_quality,
                                            REFERENCE)

@@ -30,6 +30,7 @@ from edgeprune.search.build_job import BuildJob, RecoverySpec
 from edgeprune.search.choice import quality_tolerance
 from edgeprune.search.journal import Journal
 from edgeprune.search.options import FitOptions
+from edgeprune.search.recipe_estimates import recipe_estimate
 from edgeprune.search.recovering import (
     bound,
     may_start_from,
@@ -89,8 +90,8 @@ class CandidateBuilder:
     def predict_latency(self, shape: Shape, recipe: Recipe) -> float | None:
         return self.facts.predict_latency(shape, recipe)
 
-    def size_slack(self, recipe: Recipe) -> float:
-        return self.facts.size_slack(recipe)
+    def size_slack(self, recipe: Recipe, shape: Shape) -> float:
+        return self.facts.size_slack(recipe, shape)
 
     def latency_slack(self, recipe: Recipe) -> float:
         return self.facts.latency_slack(recipe)
@@ -138,6 +139,11 @@ class CandidateBuilder:
         self.shared.proxies[key] = proxies[key]
         return from_jsonable(Quality, proxies[key])
 
+    def recipe_estimate(self, recipe: Recipe) -> Quality | None:
+        """The dense teacher's validation quality with `recipe` applied, in PyTorch; None for a recipe quantized
+        outside PyTorch or not at all (`recipe_estimates.recipe_estimate`)."""
+        return recipe_estimate(self, recipe, self.artifacts.calibration(recipe, False))
+
     def measured_estimates(self) -> dict[Shape, Quality]:
         """Each structure whose unrecovered PyTorch estimate is measured (the dense one's is the teacher's, when the
         caller gave it), with that estimate: what `proxy` answers without measuring, and what the searcher bounds
@@ -179,14 +185,14 @@ class CandidateBuilder:
     def budget_probe(self, shape: Shape, recipe: Recipe, budget: Budget, name: str) -> BuiltArtifact | None:
         """The unrecovered structure's artifact when it shows the candidate over a budget, else None: for a
         candidate still to be recovered (minutes; an export takes seconds) that the size or latency model puts
-        within its slack of that budget, either side (docs/FINDINGS.md: five of ten candidates of a 5 MB fit were
-        recovered, then found 0.1-4 % too large; in a 2.5 ms fit, two predicted 7-3 % under measured 12-21 % over
-        after their recovery). It holds for the recovered one: the shapes and the recipe set the file size
-        (the exporters store bitwise-equal tensors once, and distillation only parts such tensors, so the
-        recovered file is never smaller) and the kernels' work, not the weights' values."""
+        within its slack of that budget, either side (`ShapeFacts.size_overrun`; docs/FINDINGS.md: five of ten
+        candidates of a 5 MB fit were recovered, then found 0.1-4 % too large; in a 2.5 ms fit, two predicted 7-3 %
+        under measured 12-21 % over after their recovery). It holds for the recovered one: the shapes and the recipe
+        set the file size (the exporters store bitwise-equal tensors once, and distillation only parts such tensors,
+        so the recovered file is never smaller) and the kernels' work, not the weights' values."""
         if not needs_recovery(self, shape) or shape.structure in self.shared.recovered:
             return None
-        margin = self.size_slack(recipe) - 1  # the slack is a factor (1.01: within 1 % over)
+        margin = self.facts.size_overrun(recipe, shape)  # a fraction: 0.01 is 1 % over the prediction
         size_near = budget.max_mb is not None and self.predict_bytes(shape, recipe) > budget.max_mb * 1e6 * (1 - margin)
         predicted_ms = self.predict_latency(shape, recipe) if budget.max_latency_ms is not None else None
         latency_near = predicted_ms is not None and predicted_ms > budget.max_latency_ms / self.latency_slack(recipe)

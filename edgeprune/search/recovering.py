@@ -38,6 +38,7 @@ from edgeprune.pruning import prune_heads
 from edgeprune.pruning.compensation import HeadOutputMeans
 from edgeprune.search.journal import Journal
 from edgeprune.search.options import AUTO, FitOptions
+from edgeprune.search.recipe_estimates import is_recipe_key
 from edgeprune.search.result import RecoveryCost
 from edgeprune.search.shared import RecoveredModel, SharedWork, calibration_inputs
 from edgeprune.search.space import Shape
@@ -105,7 +106,8 @@ def unrecovered_estimates(builder: RecoveringBuilder) -> dict[str, Quality]:
     """Structure key → PyTorch validation quality of the teacher pruned to it (no recovery), for every structure
     measured so far in this fit (or for another device of the fleet)."""
     records = {**builder.shared.proxies, **builder.journal.proxies}
-    return {key: from_jsonable(Quality, quality) for key, quality in records.items() if not key.endswith(RECOVERED)}
+    return {key: from_jsonable(Quality, quality) for key, quality in records.items()
+            if not key.endswith(RECOVERED) and not is_recipe_key(key)}
 
 
 def bound(builder: RecoveringBuilder, shape: Shape) -> Quality:

@@ -1,6 +1,7 @@
 """The best-first search over the space of candidates: which candidate to build next, and when to stop."""
 
 import dataclasses
+import math
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -60,13 +61,15 @@ class SearchSpace(Protocol):
 
     def predict_latency(self, shape: Shape, recipe: Recipe) -> float | None: ...
 
-    def size_slack(self, recipe: Recipe) -> float: ...
+    def size_slack(self, recipe: Recipe, shape: Shape) -> float: ...
 
     def latency_slack(self, recipe: Recipe) -> float: ...
 
     def proxy(self, shape: Shape) -> Quality: ...
 
     def measured_estimates(self) -> dict[Shape, Quality]: ...
+
+    def recipe_estimate(self, recipe: Recipe) -> Quality | None: ...
 
     def bound(self, shape: Shape) -> Quality: ...
 
@@ -97,8 +100,10 @@ class BestFirstSearcher:
     another frontier or a measured candidate of an equal or higher-fidelity recipe cannot beat it and are
     skipped. The rest are bounded by the structure's PyTorch validation quality (plus the largest gain any
     artifact showed over its estimate) and built in order of that estimate less the quantization loss
-    measured for the recipe. A built candidate over a resource budget moves its line's frontier (and teaches
-    the latency model); the search ends when no frontier's bound beats the best candidate meeting every budget.
+    measured for the recipe (until an artifact of it measures one: its loss on the dense model in PyTorch, asked
+    once the recipe's line would rank first, `edgeprune.search.recipe_estimates`). A built candidate over a
+    resource budget moves its line's frontier (and teaches the latency model); the search ends when no frontier's
+    bound beats the best candidate meeting every budget.
     Estimates are measured lazily (13-19 s each on SmolLM2-135M): a frontier not estimated yet ranks by the most
     its estimate can be (the least estimate measured for a structure it is at least as compressed as) and is
     measured once that could put it first or tie the first, so the candidates built are those all estimates would
@@ -130,6 +135,9 @@ class BestFirstSearcher:
         self.rejected: set[str] = set()
         self.done = False
         self.stopped_early: str | None = None  # why `stop` ended the search, with what it left unbuilt
+        # what each recipe was estimated in PyTorch to cost the dense model (asked when its line would rank first
+        # while no artifact of it has measured its loss: `recipe_estimates`)
+        self.estimated_losses: dict[str, float] = {}
         floor = budget.quality_floor(reference)
         self.floor = -floor if floor is not None and not reference.higher_is_better else floor
 
@@ -189,7 +197,7 @@ class BestFirstSearcher:
             for line, shape in contenders:
                 if line in self.closed:
                     continue
-                loss = _quantization_loss(line.recipe, self.anchors, self.order, space)
+                loss = _quantization_loss(line.recipe, self.anchors, self.order, space, self.estimated_losses)
                 if shape.structure not in measured:  # ranked by the most its estimate can be, not closed
                     ranked.append((loss - _ceiling(shape, measured), self.order[line.recipe], shape, line, False))
                     continue
@@ -211,8 +219,20 @@ class BestFirstSearcher:
                 structure = unsettled[0][2].structure
                 asked[structure] = signed(space.proxy(structure))
                 continue
+            # the first has a recipe no artifact has measured the loss of: estimate that loss, then rank again
+            first_recipe = ranked[0][3].recipe if ranked else None
+            if measure and first_recipe is not None and self._loss_unknown(first_recipe):
+                estimate = space.recipe_estimate(RECIPES.get(first_recipe))
+                dense = signed(space.proxy(Shape()))
+                self.estimated_losses[first_recipe] = 0.0 if estimate is None else dense - signed(estimate)
+                continue
             return [Proposal(line.recipe, shape, _threshold(self.incumbent, shape, space, self.tolerance),
                              estimated=estimated) for _, _, shape, line, estimated in ranked]
+
+    def _loss_unknown(self, recipe: str) -> bool:
+        """Whether neither an artifact of `recipe` nor its PyTorch estimate has said what it loses."""
+        measured = any(name == recipe and artifact.validation_quality is not None for name, _, artifact in self.anchors)
+        return not measured and recipe not in self.estimated_losses
 
     def tell(self, proposal: Proposal, artifact: BuiltArtifact) -> None:
         """What building `proposal` gave (benchmarked or not, checked against the budget)."""
@@ -393,7 +413,8 @@ def _threshold(incumbent: BuiltArtifact | None, shape: Shape, builder: SearchSpa
     quality = signed(incumbent.validation_quality)
     less_compressed = ((builder.core_parameters(shape), not shape.trim_vocabulary)
                        > (incumbent.core_parameters, incumbent.vocabulary_size is None))
-    return quality - tolerance if less_compressed else quality + tolerance
+    # exceeding the threshold is what wins: for a less compressed candidate it lies just below the tie
+    return math.nextafter(quality - tolerance, -math.inf) if less_compressed else quality + tolerance
 
 
 def _vocabulary_choices(builder: SearchSpace) -> tuple[bool, ...]:
@@ -416,7 +437,7 @@ def _frontier(builder: SearchSpace, line: Line, budget: Budget, over: list[tuple
         shape = line.shape(count)
         if any(r == line.recipe and s.at_least_as_compressed_as(shape) for r, s in over):
             continue
-        if not budget.size_fits(int(builder.predict_bytes(shape, recipe) / builder.size_slack(recipe))):
+        if not budget.size_fits(int(builder.predict_bytes(shape, recipe) / builder.size_slack(recipe, shape))):
             continue
         if budget.max_latency_ms is not None:
             predicted = builder.predict_latency(shape, recipe)
@@ -450,10 +471,10 @@ def _largest_gain(anchors: list[tuple[str, Shape, BuiltArtifact]], builder: Sear
 
 
 def _quantization_loss(recipe: str, anchors: list[tuple[str, Shape, BuiltArtifact]], order: dict[str, int],
-                       builder: SearchSpace) -> float:
+                       builder: SearchSpace, estimated: dict[str, float]) -> float:
     """The least validation quality a recipe was measured to lose against the PyTorch estimate of the same
-    structure; a recipe not measured yet borrows the largest loss of a higher-fidelity recipe (lower fidelity
-    loses at least as much), else 0."""
+    structure; a recipe not measured yet the larger of its loss estimated in PyTorch on the dense model
+    (`estimated`) and the largest loss of a higher-fidelity recipe (lower fidelity loses at least as much), else 0."""
     losses: dict[str, list[float]] = {}
     for name, shape, artifact in anchors:
         if artifact.validation_quality is not None:
@@ -462,7 +483,7 @@ def _quantization_loss(recipe: str, anchors: list[tuple[str, Shape, BuiltArtifac
         return min(losses[recipe])
     higher = [min(values) for name, values in losses.items()
               if name != recipe and at_least_as_faithful(name, recipe, order)]
-    return max(higher, default=0.0)
+    return max([*higher, *([estimated[recipe]] if recipe in estimated else [])], default=0.0)
 
 
 def at_least_as_faithful(recipe: str, other: str, order: dict[str, int]) -> bool:

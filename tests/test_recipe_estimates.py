@@ -1,0 +1,121 @@
+"""Knowing before exporting: a recipe's loss measured in PyTorch orders the search, and a size measured at a
+structure's depth narrows the slack its siblings are built within."""
+
+import io
+
+import pytest
+
+from edgeprune.progress import Progress
+from edgeprune.quantize import RECIPES
+from edgeprune.search import Budget
+from edgeprune.search.choice import choose
+from edgeprune.search.journal import Journal
+from edgeprune.search.options import FitOptions
+from edgeprune.search.recipe_estimates import estimable, recipe_key
+from edgeprune.search.result import BuiltArtifact
+from edgeprune.search.searcher import best_first_search
+from edgeprune.search.shape_facts import OBSERVED_SIZE_SLACK, SAME_DEPTH_SIZE_SLACK, SIZE_MODEL_SLACK
+from edgeprune.search.space import Shape
+from edgeprune.tasks.base import batched_quality
+from tests import test_fit_recovery
+from tests.test_fit_search import LOSS, REFERENCE, WorldBuilder, grid_choice, shape_of, size_mb
+from tests.test_fit_search import RECIPES as RECIPE_LADDER
+
+recovering = test_fit_recovery.recovering  # the fixture: a CandidateBuilder of a tiny BERT
+# recipes that cost the model 15-20 points (as symmetric int4 costs SmolLM2, whose weights lie on another grid)
+WRECKING = {**LOSS, "int4": 0.2, "int8-emb4": 0.15}
+
+
+def search(losses: dict[str, float], budget: Budget, time_limit_s: float | None = None,
+           recipes: tuple[str, ...] = ("int8", "int4"), trimmable: bool = False,
+           ) -> tuple[WorldBuilder, list[BuiltArtifact]]:
+    world = WorldBuilder(FitOptions(recipes=recipes), trimmable=trimmable, losses=losses)
+    quiet = Progress(enabled=False, stream=io.StringIO())
+    outcome = best_first_search(world, budget, recipes, REFERENCE, quiet, time_limit_s=time_limit_s,
+                                clock=lambda: 1e9)  # with a time limit: reached from the start
+    return world, outcome.candidates
+
+
+def test_a_recipe_its_estimate_shows_wrecking_the_model_is_not_built_first():
+    # int8's file is over the budget until 8 heads are removed, int4's dense one fits: with no artifact measured,
+    # int4's dense candidate is the most promising, unless its estimate shows it losing 20 points
+    budget = Budget(max_mb=size_mb("int8", Shape(8)) + 0.01)
+    plain, _ = search(LOSS, budget, time_limit_s=0)
+    wrecked, candidates = search(WRECKING, budget, time_limit_s=0)  # ships the first candidate that fits
+    assert plain.built == [("int4", Shape())] and plain.recipe_estimates == ["int4"]
+    # int8 only: 6 heads removed (predicted within the slack of a recipe no file has measured: over), then 8
+    assert wrecked.built == [("int8", Shape(6)), ("int8", Shape(8))] and candidates[-1].meets_budget
+    # each recipe's loss is asked once, when its line would rank first
+    assert wrecked.recipe_estimates == ["int4", "int8"]
+
+
+@pytest.mark.parametrize("max_mb", [8.0, 10.0, 13.0, 17.0, 22.0, 30.0])
+@pytest.mark.parametrize("latency", [None, 6.0, 9.0])
+def test_with_estimated_losses_the_search_still_chooses_the_grids_candidate(max_mb, latency):
+    budget = Budget(max_mb=max_mb, max_latency_ms=latency)
+    for losses in (LOSS, WRECKING):
+        world, candidates = search(losses, budget, recipes=RECIPE_LADDER, trimmable=True)
+        fitted, binding, _ = choose(candidates, budget, REFERENCE)
+        best = grid_choice(budget, 0.0, RECIPE_LADDER, losses=losses)
+        assert (best is None) == bool(binding)
+        if best is not None:
+            assert (fitted.recipe, shape_of(fitted)) == (best.recipe, shape_of(best))
+        assert len(set(world.built)) == len(world.built)
+
+
+def test_a_recipe_estimate_is_the_quantized_dense_model_in_pytorch_once_per_fit(recovering):
+    builder, notes = recovering()
+    int8 = RECIPES.get("int8")
+    estimate = builder.recipe_estimate(int8)
+    assert estimate.value == batched_quality(builder.task, int8.apply(builder.teacher), "validation").value
+    assert [n for n in notes.notes if "PyTorch estimate for int8 on the dense model" in n]
+    assert builder.recipe_estimate(int8) == estimate  # journaled: not measured again
+    assert len([n for n in notes.notes if "PyTorch estimate for int8" in n]) == 1
+    assert builder.journal.proxies[recipe_key(int8)]["value"] == estimate.value
+    assert Shape() in builder.measured_estimates() or not builder.measured_estimates()  # never a recipe key
+    assert all(key.count("@") == 0 for key in map(lambda s: s.key, builder.measured_estimates()))
+    # a resumed fit reads it back from the journal
+    resumed = Journal(builder.journal.path, {}, True)
+    assert resumed.proxies[recipe_key(int8)] == builder.journal.proxies[recipe_key(int8)]
+
+
+@pytest.mark.parametrize(("recipe", "expected"), [("fp32", False), ("litert-int8", False), ("litert-fp16", False),
+                                                  ("int8", True), ("int4", True), ("int4-decoder-all", True)])
+def test_only_recipes_quantized_by_torchao_are_estimated(recipe, expected):
+    # LiteRT quantizes the converted file (its PyTorch source stays in float); fp32 loses nothing
+    assert estimable(RECIPES.get(recipe)) is expected
+
+
+def test_a_recipe_with_no_estimate_answers_none(recovering):
+    builder, notes = recovering()
+    assert builder.recipe_estimate(RECIPES.get("fp32")) is None
+    assert not any("PyTorch estimate for fp32" in n for n in notes.notes)
+
+
+def test_the_size_slack_narrows_once_a_file_of_the_same_depth_is_measured(recovering):
+    builder, _ = recovering(ffn_fractions=(0.0, 0.5), layer_removals=(0, 1))
+    facts, int8 = builder.facts, RECIPES.get("int8")
+    assert facts.size_slack(int8, Shape(2)) == SIZE_MODEL_SLACK  # nothing of int8 measured yet
+    built = builder.build(Shape(2), int8, "two.pte", "measuring", recover=False)
+    assert facts.size_slack(int8, Shape(2, 0.5, 1)) == OBSERVED_SIZE_SLACK  # another depth: its overhead may differ
+    assert facts.size_slack(int8, Shape(2, 0.5, 0, True)) == OBSERVED_SIZE_SLACK  # another vocabulary
+    same = facts.size_slack(int8, Shape(4, 0.5))
+    # a tiny model's overhead moves by a few hundred bytes between structures: 4 KiB, capped at the 1 %
+    assert same == min(OBSERVED_SIZE_SLACK, 1 + 4096 / facts.predict_bytes(Shape(4, 0.5), int8))
+    assert SAME_DEPTH_SIZE_SLACK < OBSERVED_SIZE_SLACK
+    # the prediction at the depth measured is the file, to the bytes the slack allows
+    again = builder.build(Shape(4, 0.5), int8, "four.pte", "measuring", recover=False)
+    assert abs(again.file_bytes - again.predicted_bytes) <= (same - 1) * again.predicted_bytes
+    assert built.file_bytes > again.file_bytes
+
+
+def test_a_file_may_overrun_its_prediction_by_the_narrow_slack_once_a_deeper_file_is_measured(recovering):
+    builder, _ = recovering(ffn_fractions=(0.0, 0.5), layer_removals=(0, 1))
+    facts, int8 = builder.facts, RECIPES.get("int8")
+    assert facts.size_overrun(int8, Shape(2, 0.5, 1)) == SIZE_MODEL_SLACK - 1
+    builder.build(Shape(2), int8, "two.pte", "measuring", recover=False)  # all layers
+    # a layer removed takes its records from the overhead: the deeper file's overhead bounds it
+    assert facts.size_overrun(int8, Shape(2, 0.5, 1)) == facts.narrow_slack(int8, Shape(2, 0.5, 1)) - 1
+    assert facts.size_overrun(int8, Shape(2, 0.5, 0, True)) == OBSERVED_SIZE_SLACK - 1  # another vocabulary
+    builder.build(Shape(2, 0.0, 1), int8, "shallow.pte", "measuring", recover=False)
+    assert facts.size_overrun(int8, Shape(2)) == OBSERVED_SIZE_SLACK - 1  # deeper than the file measured
