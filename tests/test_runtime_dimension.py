@@ -12,7 +12,7 @@ from edgeprune.errors import UserInputError
 from edgeprune.quantize import fit_ladder
 from edgeprune.search.latency import LatencyModel
 from edgeprune.search.options import FitOptions
-from edgeprune.search.searcher import at_least_as_faithful
+from edgeprune.search.ranking import at_least_as_faithful
 from tests.conftest import small_vocab_tokenizer_files, tiny_bert
 from tests.test_device_profiles import GOOD
 from tests.test_fit_integration import NO_RECOVERY

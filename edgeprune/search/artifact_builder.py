@@ -12,10 +12,10 @@ from pathlib import Path
 import torch
 from torch import nn
 
-from edgeprune.export import content_key, export, load_artifact
+from edgeprune.export import RUNTIMES, content_key, export, load_artifact
 from edgeprune.progress import Progress, elapsed_text
 from edgeprune.quantize import CALIBRATION_EXAMPLES, Recipe
-from edgeprune.quantize.size_model import ParameterLayout
+from edgeprune.quantize.size_model import ParameterLayout, payload_bytes
 from edgeprune.search.benchmarkers import Benchmarker, WorkElsewhere
 from edgeprune.search.result import BuiltArtifact
 from edgeprune.search.shape_facts import ShapeFacts
@@ -53,7 +53,7 @@ class ArtifactBuilder:
         (or take it from the content-keyed cache) and verify it against PyTorch. `observe`: teach the size model
         the file's size (not for the dense baseline, whose full vocabulary would miscalibrate the candidates')."""
         facts = self.facts
-        predicted = facts.size_model.predict(model, recipe)
+        predicted = payload_bytes(model, recipe) + facts.overhead(recipe, shape)
         example = self.remap(facts.example, trimmed)
         calibration = self.calibration(recipe, trimmed)
         key = content_key(model, recipe, example, calibration)
@@ -79,6 +79,19 @@ class ArtifactBuilder:
             ffn_fraction=shape.ffn_fraction, layers_removed=facts.removed_layers(shape.layers_removed),
             core_parameters=ParameterLayout.of(model).core_parameters, recovery=recovery,
         )
+
+    def file_bytes(self, model: nn.Module, recipe: Recipe, name: str) -> int:
+        """The size of `model`'s file in `recipe` (full vocabulary), exported unverified (or taken from the
+        content-keyed cache) into the work folder and removed: what the size model is calibrated on."""
+        calibration = self.calibration(recipe, False)
+        key = content_key(model, recipe, self.facts.example, calibration)
+        path = self.work / f"{name}{RUNTIMES.get(recipe.runtime).suffix}"
+        exported = export(model, self.facts.example, path, recipe, self.task.cache_dir / "exports", key, calibration,
+                          name=name)
+        path.unlink(missing_ok=True)
+        self.progress.note(f"    {name}: {exported.size_bytes:,} bytes "
+                           f"({'cached' if exported.cached else f'exported in {exported.export_seconds:.0f} s'})")
+        return exported.size_bytes
 
     def evaluate(self, artifact: BuiltArtifact) -> None:
         """Validation quality through the runtime: what the search decides on."""

@@ -44,6 +44,7 @@ from edgeprune.search.recovering import (
 from edgeprune.search.result import BuiltArtifact
 from edgeprune.search.shape_facts import ShapeFacts
 from edgeprune.search.shared import SharedWork, dense_head_means
+from edgeprune.search.size_calibration import calibrate, worth_calibrating
 from edgeprune.search.space import Shape
 from edgeprune.serialization import from_jsonable, to_jsonable
 from edgeprune.tasks.base import Quality, Task, batched_quality
@@ -139,10 +140,18 @@ class CandidateBuilder:
         self.shared.proxies[key] = proxies[key]
         return from_jsonable(Quality, proxies[key])
 
+    def calibrate_size(self, recipe: Recipe, shape: Shape, budget: Budget) -> bool:
+        """Calibrate `recipe`'s file overhead on cuts of the teacher when its first candidate, `shape`, is near the
+        size budget and the model is large (`size_calibration`); whether it did (the predictions changed)."""
+        if not worth_calibrating(self.facts, recipe, shape, budget):
+            return False
+        calibrate(self.facts, recipe, self.artifacts.file_bytes, self.progress)
+        return True
+
     def recipe_estimate(self, recipe: Recipe) -> Quality | None:
-        """The dense teacher's validation quality with `recipe` applied, in PyTorch; None for a recipe quantized
-        outside PyTorch or not at all (`recipe_estimates.recipe_estimate`)."""
-        return recipe_estimate(self, recipe, self.artifacts.calibration(recipe, False))
+        """The dense teacher's validation quality with `recipe` (or the recipe standing in for it) applied, in
+        PyTorch; None when none can (`recipe_estimates.recipe_estimate`)."""
+        return recipe_estimate(self, recipe, lambda stand_in: self.artifacts.calibration(stand_in, False))
 
     def measured_estimates(self) -> dict[Shape, Quality]:
         """Each structure whose unrecovered PyTorch estimate is measured (the dense one's is the teacher's, when the

@@ -9,10 +9,11 @@ from typing import Protocol
 
 from edgeprune.errors import VerificationError
 from edgeprune.progress import Progress, elapsed_text
-from edgeprune.quantize import RECIPES, Recipe, fidelity_rank
+from edgeprune.quantize import RECIPES, Recipe
 from edgeprune.search.budget import Budget
 from edgeprune.search.choice import best_meeting_budget, format_against, quality_tolerance
 from edgeprune.search.options import FitOptions
+from edgeprune.search.ranking import at_least_as_faithful, ceiling, largest_gain, quantization_loss
 from edgeprune.search.recovering import signed_value as signed
 from edgeprune.search.result import BuiltArtifact, Trial
 from edgeprune.search.space import Line, Shape, lines
@@ -70,6 +71,8 @@ class SearchSpace(Protocol):
     def measured_estimates(self) -> dict[Shape, Quality]: ...
 
     def recipe_estimate(self, recipe: Recipe) -> Quality | None: ...
+
+    def calibrate_size(self, recipe: Recipe, shape: Shape, budget: Budget) -> bool: ...
 
     def bound(self, shape: Shape) -> Quality: ...
 
@@ -189,7 +192,7 @@ class BestFirstSearcher:
                 self.closed[line] = "cannot beat a measured candidate that is less compressed"
             elif not self._dominated(line.recipe, shape, others) and (line.recipe, shape) not in self.built:
                 contenders.append((line, shape))
-        gain = _largest_gain(self.anchors, space)
+        gain = largest_gain(self.anchors, space.proxy)
         asked: dict[Shape, float] = {}  # measured here: known even to a space that does not list it
         while True:
             ranked = []
@@ -197,9 +200,9 @@ class BestFirstSearcher:
             for line, shape in contenders:
                 if line in self.closed:
                     continue
-                loss = _quantization_loss(line.recipe, self.anchors, self.order, space, self.estimated_losses)
+                loss = quantization_loss(line.recipe, self.anchors, self.order, space.proxy, self.estimated_losses)
                 if shape.structure not in measured:  # ranked by the most its estimate can be, not closed
-                    ranked.append((loss - _ceiling(shape, measured), self.order[line.recipe], shape, line, False))
+                    ranked.append((loss - ceiling(shape, measured), self.order[line.recipe], shape, line, False))
                     continue
                 proxy = space.proxy(shape)
                 bound = space.bound(shape)  # = the estimate, except before recovery when fit recovers
@@ -226,6 +229,9 @@ class BestFirstSearcher:
                 dense = signed(space.proxy(Shape()))
                 self.estimated_losses[first_recipe] = 0.0 if estimate is None else dense - signed(estimate)
                 continue
+            # then the first may be a recipe's first file, near the size budget: the space may learn its size first
+            if measure and ranked and space.calibrate_size(RECIPES.get(ranked[0][3].recipe), ranked[0][2], self.budget):
+                return self._ranked(measure)  # the frontiers move with the predictions
             return [Proposal(line.recipe, shape, _threshold(self.incumbent, shape, space, self.tolerance),
                              estimated=estimated) for _, _, shape, line, estimated in ranked]
 
@@ -445,57 +451,6 @@ def _frontier(builder: SearchSpace, line: Line, budget: Budget, over: list[tuple
                 continue
         return shape
     return None
-
-
-def _ceiling(shape: Shape, measured: dict[Shape, float]) -> float:
-    """The most `shape`'s estimate (signed, higher better) can be, by the search's assumption that quality does not
-    rise with compression: the least of the measured estimates of structures it is at least as compressed as
-    (infinite when none is measured), plus the most the measured estimates break that assumption by (a few heads
-    removed may score a little above the dense model on a small validation split)."""
-    below = [value for other, value in measured.items() if shape.structure.at_least_as_compressed_as(other)]
-    if not below:
-        return float("inf")
-    excess = max([0.0, *(value - other_value for structure, value in measured.items()
-                         for other, other_value in measured.items()
-                         if structure != other and structure.at_least_as_compressed_as(other))])
-    return min(below) + excess
-
-
-def _largest_gain(anchors: list[tuple[str, Shape, BuiltArtifact]], builder: SearchSpace) -> float:
-    """How far above its PyTorch estimate any artifact measured (0 when none did): the bound's margin. Losses
-    are not subtracted from the bound, since they depend on the structure (int4 loses more on a narrower
-    FFN); they only order the contenders."""
-    gains = [signed(artifact.validation_quality) - signed(builder.proxy(shape))
-             for _, shape, artifact in anchors if artifact.validation_quality is not None]
-    return max([0.0, *gains])
-
-
-def _quantization_loss(recipe: str, anchors: list[tuple[str, Shape, BuiltArtifact]], order: dict[str, int],
-                       builder: SearchSpace, estimated: dict[str, float]) -> float:
-    """The least validation quality a recipe was measured to lose against the PyTorch estimate of the same
-    structure; a recipe not measured yet the larger of its loss estimated in PyTorch on the dense model
-    (`estimated`) and the largest loss of a higher-fidelity recipe (lower fidelity loses at least as much), else 0."""
-    losses: dict[str, list[float]] = {}
-    for name, shape, artifact in anchors:
-        if artifact.validation_quality is not None:
-            losses.setdefault(name, []).append(signed(builder.proxy(shape)) - signed(artifact.validation_quality))
-    if recipe in losses:
-        return min(losses[recipe])
-    higher = [min(values) for name, values in losses.items()
-              if name != recipe and at_least_as_faithful(name, recipe, order)]
-    return max([*higher, *([estimated[recipe]] if recipe in estimated else [])], default=0.0)
-
-
-def at_least_as_faithful(recipe: str, other: str, order: dict[str, int]) -> bool:
-    """Whether `recipe` keeps at least `other`'s quality on the same structure, as far as the search assumes: of
-    one runtime, by the ladder's order; across runtimes only when it stores every weight in at least as many bits
-    and some in more (LiteRT fp16 over ExecuTorch int8; LiteRT int8 and ExecuTorch int8 are not ordered, so
-    neither closes the other's lines)."""
-    first, second = RECIPES.get(recipe), RECIPES.get(other)
-    if first.runtime == second.runtime:
-        return order[recipe] <= order[other]
-    mine, theirs = fidelity_rank(first), fidelity_rank(second)
-    return mine != theirs and all(a <= b for a, b in zip(mine, theirs, strict=True))
 
 
 def _note_best(progress: Progress, best: BuiltArtifact | None, started: float) -> None:

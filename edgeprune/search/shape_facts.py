@@ -41,6 +41,10 @@ OBSERVED_SIZE_SLACK = 1.01
 # ExecuTorch fit an 8-minute export 0.1 % over its budget and another to learn a size it already knew.
 SAME_DEPTH_SIZE_SLACK = 1.0005
 SAME_DEPTH_SLACK_BYTES = 4096
+# how far a file may overrun a prediction extrapolated along a calibrated line of overhead per layer
+# (`edgeprune.search.size_calibration`): from SmolLM2's 1- and 3-layer cuts, ExecuTorch's dense file was 448 bytes
+# over, LiteRT's 0.08 %
+CALIBRATED_OVERRUN = 0.0025
 LATENCY_MODEL_SLACK = 1.15  # benchmark anyway when the latency model predicts within 15 % of the budget
 FITTED_LATENCY_SLACK = 1.05  # the same once the recipe's own line is fitted to two measurements
 # ... and while a recipe borrows the measurements of a recipe of its runtime that keeps its linears in more bits:
@@ -75,6 +79,8 @@ class ShapeFacts:
         self.size_observed: set[tuple[str, Shape]] = set()  # candidates the size model has learnt from
         # recipe → (layers removed, vocabulary trimmed) of the file its overhead was last measured on
         self.overhead_depth: dict[str, tuple[int, bool]] = {}
+        # recipe → its overhead's bytes per layer, calibrated on cuts of the teacher (`size_calibration`)
+        self.layer_overhead: dict[str, float] = {}
 
     def removed_layers(self, count: int) -> list[int]:
         return self.planner.removed_layers(count)
@@ -126,7 +132,16 @@ class ShapeFacts:
                 self.shared.layouts[end] = ParameterLayout.of(self.pruned(end))
         payload = interpolated(self.shared.payload, (recipe.name,), shape, self.head_counts,
                                lambda end: payload_bytes(self.shared.layouts[end], recipe))
-        return int(payload) + self.size_model.overhead(recipe)
+        return int(payload) + self.overhead(recipe, shape)
+
+    def overhead(self, recipe: Recipe, shape: Shape) -> int:
+        """What a file of `recipe` adds to the payload: the size model's, measured on a file of the recipe (or
+        assumed), moved along the recipe's calibrated overhead per layer to `shape`'s depth."""
+        measured = self.size_model.overhead(recipe)
+        if recipe.name not in self.layer_overhead or recipe.name not in self.overhead_depth:
+            return measured
+        layers_removed = self.overhead_depth[recipe.name][0]
+        return max(0, int(measured + (layers_removed - shape.layers_removed) * self.layer_overhead[recipe.name]))
 
     def core_parameters(self, shape: Shape) -> int:
         """Parameters outside the embedding tables: how much of the network itself a shape keeps."""
@@ -145,24 +160,33 @@ class ShapeFacts:
     def size_slack(self, recipe: Recipe, shape: Shape) -> float:
         """How far over the size budget `shape`'s predicted size in `recipe` may be and still be built (a factor):
         wide until a file of the recipe has taught the size model its overhead, narrow after, narrowest when that
-        file had as many layers as `shape` (and the same vocabulary): a model with fewer layers has fewer records,
-        so its file may come in under a prediction from a deeper one."""
+        file had as many layers as `shape` or the overhead per layer is calibrated (and the same vocabulary): a
+        model with fewer layers has fewer records, so its file may come in under a prediction from a deeper one."""
         if not self.size_model.observed(recipe):
             return SIZE_MODEL_SLACK
-        if self.overhead_depth.get(recipe.name) != (shape.layers_removed, shape.trim_vocabulary):
+        layers_removed, trimmed = self.overhead_depth[recipe.name]
+        if trimmed != shape.trim_vocabulary:
             return OBSERVED_SIZE_SLACK
-        return self.narrow_slack(recipe, shape)
+        if layers_removed == shape.layers_removed or recipe.name in self.layer_overhead:
+            return self.narrow_slack(recipe, shape)
+        return OBSERVED_SIZE_SLACK
 
     def size_overrun(self, recipe: Recipe, shape: Shape) -> float:
         """How far over its predicted size `shape`'s file in `recipe` may come (a fraction): what a candidate to be
         recovered is probed within. Narrow once the overhead was measured on as many layers or more (the same
-        vocabulary): the records of a layer removed only take from it."""
+        vocabulary): the records of a layer removed only take from it; a little wider along a calibrated line."""
         if not self.size_model.observed(recipe):
             return SIZE_MODEL_SLACK - 1
-        layers_removed, trimmed = self.overhead_depth.get(recipe.name, (0, False))
-        if layers_removed > shape.layers_removed or trimmed != shape.trim_vocabulary:
+        layers_removed, trimmed = self.overhead_depth[recipe.name]
+        if trimmed != shape.trim_vocabulary:
             return OBSERVED_SIZE_SLACK - 1
-        return self.narrow_slack(recipe, shape) - 1
+        if layers_removed == shape.layers_removed:
+            return self.narrow_slack(recipe, shape) - 1
+        if recipe.name in self.layer_overhead:
+            return max(CALIBRATED_OVERRUN, self.narrow_slack(recipe, shape) - 1)
+        if layers_removed < shape.layers_removed:
+            return self.narrow_slack(recipe, shape) - 1
+        return OBSERVED_SIZE_SLACK - 1
 
     def narrow_slack(self, recipe: Recipe, shape: Shape) -> float:
         return min(OBSERVED_SIZE_SLACK, max(SAME_DEPTH_SIZE_SLACK,
