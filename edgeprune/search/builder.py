@@ -145,7 +145,14 @@ class CandidateBuilder:
         size budget and the model is large (`size_calibration`); whether it did (the predictions changed)."""
         if not worth_calibrating(self.facts, recipe, shape, budget):
             return False
-        calibrate(self.facts, recipe, self.artifacts.file_bytes, self.progress)
+        try:
+            calibrate(self.facts, recipe, self.artifacts.file_bytes, self.progress)
+        except (RuntimeError, ValueError) as error:  # a cut the exporter refuses: the first file settles the size
+            self.facts.calibration_failed.add(recipe.name)
+            message = " ".join(str(error).split())[:200]
+            self.progress.warn(f"{recipe.name}'s file overhead could not be calibrated ({message}); its first "
+                               "candidate is built on the size model's guess")
+            return False
         return True
 
     def recipe_estimate(self, recipe: Recipe) -> Quality | None:

@@ -141,6 +141,7 @@ class BestFirstSearcher:
         # what each recipe was estimated in PyTorch to cost the dense model (asked when its line would rank first
         # while no artifact of it has measured its loss: `recipe_estimates`)
         self.estimated_losses: dict[str, float] = {}
+        self.estimates_asked: set[str] = set()  # None for a recipe no PyTorch module can estimate
         floor = budget.quality_floor(reference)
         self.floor = -floor if floor is not None and not reference.higher_is_better else floor
 
@@ -225,9 +226,10 @@ class BestFirstSearcher:
             # the first has a recipe no artifact has measured the loss of: estimate that loss, then rank again
             first_recipe = ranked[0][3].recipe if ranked else None
             if measure and first_recipe is not None and self._loss_unknown(first_recipe):
+                self.estimates_asked.add(first_recipe)
                 estimate = space.recipe_estimate(RECIPES.get(first_recipe))
-                dense = signed(space.proxy(Shape()))
-                self.estimated_losses[first_recipe] = 0.0 if estimate is None else dense - signed(estimate)
+                if estimate is not None:
+                    self.estimated_losses[first_recipe] = signed(space.proxy(Shape())) - signed(estimate)
                 continue
             # then the first may be a recipe's first file, near the size budget: the space may learn its size first
             if measure and ranked and space.calibrate_size(RECIPES.get(ranked[0][3].recipe), ranked[0][2], self.budget):
@@ -238,7 +240,7 @@ class BestFirstSearcher:
     def _loss_unknown(self, recipe: str) -> bool:
         """Whether neither an artifact of `recipe` nor its PyTorch estimate has said what it loses."""
         measured = any(name == recipe and artifact.validation_quality is not None for name, _, artifact in self.anchors)
-        return not measured and recipe not in self.estimated_losses
+        return not measured and recipe not in self.estimates_asked
 
     def tell(self, proposal: Proposal, artifact: BuiltArtifact) -> None:
         """What building `proposal` gave (benchmarked or not, checked against the budget)."""

@@ -81,6 +81,7 @@ class ShapeFacts:
         self.overhead_depth: dict[str, tuple[int, bool]] = {}
         # recipe → its overhead's bytes per layer, calibrated on cuts of the teacher (`size_calibration`)
         self.layer_overhead: dict[str, float] = {}
+        self.calibration_failed: set[str] = set()  # recipes whose cuts could not be exported
 
     def removed_layers(self, count: int) -> list[int]:
         return self.planner.removed_layers(count)
@@ -126,7 +127,8 @@ class ShapeFacts:
 
     def predict_bytes(self, shape: Shape, recipe: Recipe) -> int:
         """The file size of `shape` in `recipe`: the exact payload (linear between the ends of the shape's line)
-        plus the overhead the size model has measured for the recipe."""
+        plus the recipe's overhead (`overhead`: measured on a file of the recipe, moved along its calibrated
+        overhead per layer)."""
         for end in line_ends(self.head_counts, shape)[:2]:
             if end not in self.shared.layouts:
                 self.shared.layouts[end] = ParameterLayout.of(self.pruned(end))
@@ -162,11 +164,13 @@ class ShapeFacts:
         wide until a file of the recipe has taught the size model its overhead, narrow after, narrowest when that
         file had as many layers as `shape` or the overhead per layer is calibrated (and the same vocabulary): a
         model with fewer layers has fewer records, so its file may come in under a prediction from a deeper one."""
-        if not self.size_model.observed(recipe):
+        if not self.size_model.observed(recipe) or recipe.name not in self.overhead_depth:
             return SIZE_MODEL_SLACK
         layers_removed, trimmed = self.overhead_depth[recipe.name]
         if trimmed != shape.trim_vocabulary:
             return OBSERVED_SIZE_SLACK
+        # along a calibrated line the files came in over their predictions, never under (448 bytes, 0.08 %): a
+        # candidate predicted over by more than the narrow slack is over
         if layers_removed == shape.layers_removed or recipe.name in self.layer_overhead:
             return self.narrow_slack(recipe, shape)
         return OBSERVED_SIZE_SLACK
@@ -175,7 +179,7 @@ class ShapeFacts:
         """How far over its predicted size `shape`'s file in `recipe` may come (a fraction): what a candidate to be
         recovered is probed within. Narrow once the overhead was measured on as many layers or more (the same
         vocabulary): the records of a layer removed only take from it; a little wider along a calibrated line."""
-        if not self.size_model.observed(recipe):
+        if not self.size_model.observed(recipe) or recipe.name not in self.overhead_depth:
             return SIZE_MODEL_SLACK - 1
         layers_removed, trimmed = self.overhead_depth[recipe.name]
         if trimmed != shape.trim_vocabulary:
@@ -208,6 +212,10 @@ class ShapeFacts:
     def learn_size(self, recipe: Recipe, shape: Shape, file_bytes: int, model: nn.Module) -> None:
         """Teach the size model what a file of `recipe` at `shape`, exported from the float `model`, measured."""
         self.size_observed.add((recipe.name, shape))
+        self.learn_overhead(recipe, shape, file_bytes, model)
+
+    def learn_overhead(self, recipe: Recipe, shape: Shape, file_bytes: int, model: nn.Module) -> None:
+        """The size model's overhead of `recipe` from a file of `model` (of `shape`'s depth and vocabulary)."""
         self.size_model.observe(model, recipe, file_bytes)
         self.overhead_depth[recipe.name] = (shape.layers_removed, shape.trim_vocabulary)
 

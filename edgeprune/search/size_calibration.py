@@ -44,15 +44,17 @@ def calibration_depths(layers: int) -> tuple[int, int] | None:
 
 
 def worth_calibrating(facts: ShapeFacts, recipe: Recipe, shape: Shape, budget: Budget,
-                      min_parameters: int = CALIBRATION_MIN_PARAMETERS) -> bool:
+                      min_parameters: int | None = None) -> bool:
     """Whether to calibrate `recipe` before building `shape`: a size budget the prediction is within the unmeasured
     recipe's slack of (either side), no file of the recipe measured yet, and a teacher large enough that its
-    exports take minutes."""
-    if budget.max_mb is None or facts.size_model.observed(recipe) or recipe.name in facts.layer_overhead:
+    exports take minutes (`min_parameters`; default CALIBRATION_MIN_PARAMETERS)."""
+    if budget.max_mb is None or facts.size_model.observed(recipe) or recipe.name in facts.layer_overhead \
+            or recipe.name in facts.calibration_failed:
         return False
     if calibration_depths(facts.layers) is None:
         return False
-    if sum(p.numel() for p in facts.teacher.parameters()) < min_parameters:
+    least = CALIBRATION_MIN_PARAMETERS if min_parameters is None else min_parameters
+    if sum(p.numel() for p in facts.teacher.parameters()) < least:
         return False
     predicted, limit = facts.predict_bytes(shape, recipe), budget.max_mb * 1e6
     return limit / SIZE_MODEL_SLACK < predicted < limit * SIZE_MODEL_SLACK
@@ -73,7 +75,8 @@ def calibrate(facts: ShapeFacts, recipe: Recipe, measure: FileSizer, progress: P
     (low, low_model, low_bytes), (high, high_model, high_bytes) = overheads
     per_layer = ((high_bytes - payload_bytes(high_model, recipe))
                  - (low_bytes - payload_bytes(low_model, recipe))) / (high - low)
-    facts.learn_size(recipe, Shape(layers_removed=facts.layers - high), high_bytes, high_model)
+    # not a candidate's size (`ShapeFacts.size_observed`): a resumed fit calibrates again before replaying those
+    facts.learn_overhead(recipe, Shape(layers_removed=facts.layers - high), high_bytes, high_model)
     facts.layer_overhead[recipe.name] = max(0.0, per_layer)
     progress.note(f"  {recipe.name}: {facts.size_model.overhead(recipe):,} bytes of overhead at {high} layers, "
                   f"{per_layer:,.0f} per layer")
