@@ -52,6 +52,7 @@ def test_a_gqa_decoder_fits_through_the_cli(gqa_fit):
     # the artifact is a KV-cached generator, benchmarked as one
     generation = json.loads((out / "generation.json").read_text())
     assert generation["context"] == 64 and generation["decode"] and generation["ttft_ms"] > 0
+    assert generation["artifact"] == "model.pte"  # the shipped file, not the staging folder's
     assert "generation.json" in result["shipped_files"] and (out / "generation.md").exists()
     assert result["generation"] == generation  # result.json keeps it, and report.html charts it
     assert 'id="plot-generation"' in (out / "report.html").read_text()

@@ -23,7 +23,7 @@ def test_a_gqa_decoder_fits_for_litert_and_ships_a_generator(litert_fit):
     assert result["fitted"]["recipe"]["runtime"] == "litert" and result["fitted"]["file_bytes"] <= 7.925e6
     generation = json.loads((out / "generation.json").read_text())
     assert generation["context"] == 64 and generation["decode"] and generation["ttft_ms"] > 0
-    assert result["generation"] == generation
+    assert generation["artifact"] == "model.tflite" and result["generation"] == generation
     check = next(c for c in result["fitted"]["checks"] if c["kind"] == "decode")
     assert check["passed"] and abs(check["value"] - 1e3 / result["fitted"]["benchmark"]["decode_p50_ms"]) < 1e-6
     assert result["fitted"]["teacher_agreement"]["prompts"] >= 1

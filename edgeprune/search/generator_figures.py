@@ -1,6 +1,7 @@
 """What fit measures of a shipped KV-cached generator beyond its perplexity: generation speed and memory on this
 machine, and how often its greedy continuations agree with the dense teacher's."""
 
+import dataclasses
 import json
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -58,6 +59,8 @@ def benchmark_generator(folder: Path, artifact: str, profile: DeviceProfile, pro
         progress.note(f"generation benchmark not run on {profile.name}: it needs the device's native {runtime} "
                       "runner (`edgeprune devices setup`); `edgeprune generate --bench --device` runs it later")
         return None
+    # the shipped file's name: fit measures it in a staging folder that is moved into place afterwards
+    result = dataclasses.replace(result, artifact=artifact)
     write_text_atomic(folder / "generation.json", json.dumps(to_jsonable(result), indent=2))
     write_text_atomic(folder / "generation.md", result.markdown())
     decode = ", ".join(f"{d.tokens_per_s:.1f} tokens/s at depth {d.depth}" for d in result.decode)

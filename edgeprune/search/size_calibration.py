@@ -6,7 +6,7 @@ and unknown until a file of the recipe is measured. Its first candidate is expor
 budget on that account, and on a large model that export takes minutes (SmolLM2-135M: ExecuTorch's
 `int4-decoder-all` 7.3 min, 0.67 MB over what the size model assumed, 1.7 % over the budget). Cut to 1 and 3
 layers, the teacher exports in seconds (24 and 41 s), and the line through the two overheads is the recipe's
-overhead at any depth: 731,264 bytes at 30 layers against the dense file's 731,712 (docs/FINDINGS.md). So a fit
+overhead at any depth: 730,816 bytes at 30 layers against the dense file's 731,264 (docs/FINDINGS.md). So a fit
 calibrates a recipe that way when its first candidate is near the budget and the model is large enough that a
 full export costs minutes (`worth_calibrating`).
 """
