@@ -20,6 +20,7 @@ from edgeprune.search.builder import CandidateBuilder
 from edgeprune.search.journal import Journal
 from edgeprune.search.options import FitOptions
 from edgeprune.search.recovering import heads_beyond, recovered_key
+from edgeprune.search.size_probe import budget_probe
 from edgeprune.search.space import Shape
 from edgeprune.tasks import make_task
 from tests._byo import topic_rows, write_csv
@@ -190,10 +191,10 @@ def test_a_candidate_predicted_near_the_latency_budget_on_either_side_is_probed(
     slack = builder.latency_slack(recipe)
     assert slack > 1.05
     with pytest.raises(KeyboardInterrupt):  # predicted 5 % under the budget: probed
-        builder.budget_probe(shape, recipe, Budget(max_latency_ms=predicted * 1.05), "probe.pte")
+        budget_probe(builder, shape, recipe, Budget(max_latency_ms=predicted * 1.05), "probe.pte")
     assert probes == [False]
     # predicted beyond the slack under the budget: recovered without a probe
-    assert builder.budget_probe(shape, recipe, Budget(max_latency_ms=predicted * slack * 1.01), "probe.pte") is None
+    assert budget_probe(builder, shape, recipe, Budget(max_latency_ms=predicted * slack * 1.01), "probe.pte") is None
     assert probes == [False]
 
 
@@ -213,7 +214,7 @@ def test_a_probe_that_fails_verification_leaves_the_verdict_to_the_recovered_can
 
     monkeypatch.setattr(builder, "build", build)
     budget = Budget(max_latency_ms=builder.predict_latency(shape, recipe) * 1.05)  # near: probed
-    assert builder.budget_probe(shape, recipe, budget, "probe.pte") is None
+    assert budget_probe(builder, shape, recipe, budget, "probe.pte") is None
     assert builds == [False]
     assert any("probe failed verification (cosine 0.98 < 0.99 required)" in n for n in notes.notes)
     with pytest.raises(VerificationError):  # the recovered candidate's own verification still decides

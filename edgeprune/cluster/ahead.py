@@ -17,16 +17,18 @@ import copy
 from pathlib import Path
 from typing import Any
 
+import torch
 from torch import nn
 
 from edgeprune.cache import write_entry
+from edgeprune.export import RUNTIMES, ExportJob, content_key
 from edgeprune.export.artifacts import export_producers, runtime_of
 from edgeprune.progress import Progress
-from edgeprune.quantize import RECIPES
+from edgeprune.quantize import RECIPES, Recipe
 from edgeprune.search.benchmarkers import WorkElsewhere
-from edgeprune.search.build_job import BuildJob, BuildOutcome
+from edgeprune.search.build_job import BuildJob, BuildOutcome, RecoverySpec
 from edgeprune.search.builder import CandidateBuilder
-from edgeprune.search.recovering import line_parent, needs_recovery, record_recovery
+from edgeprune.search.recovering import line_parent, may_start_from, needs_recovery, record_recovery, recovery_start
 from edgeprune.search.searcher import Proposal
 from edgeprune.search.space import Shape
 from edgeprune.tasks.base import Task
@@ -95,7 +97,7 @@ class RayBuildsAhead:
             if key in self.considered or len(self.inflight) >= self.depth:
                 continue
             self.considered.add(key)
-            job = self.builder.build_job(candidate.shape, RECIPES.get(candidate.recipe), recovered_first)
+            job = candidate_build_job(self.builder, candidate.shape, RECIPES.get(candidate.recipe), recovered_first)
             if job is None:
                 continue
             if job.recovery is not None and self.teacher is None:
@@ -208,3 +210,32 @@ def portable_copy(task: Task) -> Task:
     portable = copy.copy(task)
     portable.progress = None  # type: ignore[assignment] - set again in build_on_worker
     return portable
+
+
+def candidate_build_job(builder: CandidateBuilder, shape: Shape, recipe: Recipe,
+                        recovering: tuple[Shape, ...] = ()) -> BuildJob | None:
+    """The candidate's build as a function of its inputs, to start early elsewhere (`edgeprune.cluster.ahead`);
+    None when its export is cached already, or when it is to be recovered and one of `recovering` (structures
+    recovered before it) may become the recovered weights it starts from (it would start from other weights
+    than the search here would give it)."""
+    trimmed, remap, calibration = shape.trim_vocabulary, builder.artifacts.remap, builder.artifacts.calibration
+    example = remap(builder.facts.example, trimmed)
+    suffix = RUNTIMES.get(recipe.runtime).suffix
+    exports = builder.task.cache_dir / "exports"
+    verify_on = [remap(i, trimmed) for i in builder.artifacts.verify_inputs]
+    name = f"candidate ({recipe.name})"
+    vocabulary = builder.vocabulary if trimmed else None
+    if needs_recovery(builder, shape) and shape.structure not in builder.shared.recovered:
+        structure = shape.structure
+        if any(may_start_from(structure, other) for other in recovering):
+            return None
+        student, parent = recovery_start(builder, structure)
+        return BuildJob(ExportJob(student, example, recipe, calibration(recipe, trimmed),
+                                  exports / f"recovered{suffix}"),  # named after recovery, by its weights
+                        verify_on, vocabulary, name, RecoverySpec(builder.options, parent, torch.get_num_threads()))
+    model = builder.candidate_model(shape)
+    inputs = calibration(recipe, trimmed)
+    target = exports / f"{content_key(model, recipe, example, inputs)}{suffix}"
+    if target.exists():
+        return None
+    return BuildJob(ExportJob(model, example, recipe, inputs, target), verify_on, vocabulary, name)

@@ -1,8 +1,8 @@
 """A candidate's build as a function of its inputs: what can run in another process or on another machine.
 
-`CandidateBuilder.build_job` packs what building one candidate needs (the pruned float module, its example and
-calibration inputs, the recipe, the inputs to verify on, the vocabulary map of a trimmed vocabulary, and with
-recovery the student's starting weights and the settings) into a `BuildJob`; `BuildJob.run(task, teacher)`
+`edgeprune.cluster.ahead.candidate_build_job` packs what building one candidate needs (the pruned float module,
+its example and calibration inputs, the recipe, the inputs to verify on, the vocabulary map of a trimmed vocabulary,
+and with recovery the student's starting weights and the settings) into a `BuildJob`; `BuildJob.run(task, teacher)`
 distils the student when asked (`recovering.run_recovery`, as fit does), quantizes, exports, verifies against
 PyTorch and measures the validation quality through the runtime, and returns a `BuildOutcome`: the artifact's
 bytes, that quality and the recovered model. Nothing in it refers

@@ -12,12 +12,10 @@ import copy
 import time
 from pathlib import Path
 
-import torch
 from torch import nn
 
 from edgeprune.devices import DeviceProfile
-from edgeprune.errors import VerificationError
-from edgeprune.export import RUNTIMES, ExportJob, content_key
+from edgeprune.export import RUNTIMES
 from edgeprune.importance import HeadScores
 from edgeprune.progress import Progress
 from edgeprune.pruning.compensation import HeadOutputMeans
@@ -26,18 +24,15 @@ from edgeprune.quantize.vocabulary import VocabularyMap, trim_vocabulary
 from edgeprune.search.artifact_builder import ArtifactBuilder
 from edgeprune.search.benchmarkers import Benchmarker, WorkElsewhere
 from edgeprune.search.budget import Budget
-from edgeprune.search.build_job import BuildJob, RecoverySpec
 from edgeprune.search.choice import quality_tolerance
 from edgeprune.search.journal import Journal
 from edgeprune.search.options import FitOptions
 from edgeprune.search.recipe_estimates import recipe_estimate
 from edgeprune.search.recovering import (
     bound,
-    may_start_from,
     needs_recovery,
     recover,
     recovered_qualities,
-    recovery_start,
     signed_value,
     unrecovered_estimates,
 )
@@ -45,6 +40,7 @@ from edgeprune.search.result import BuiltArtifact
 from edgeprune.search.shape_facts import ShapeFacts
 from edgeprune.search.shared import SharedWork, dense_head_means
 from edgeprune.search.size_calibration import calibrate, worth_calibrating
+from edgeprune.search.size_probe import budget_probe
 from edgeprune.search.space import Shape
 from edgeprune.serialization import from_jsonable, to_jsonable
 from edgeprune.tasks.base import Quality, Task, batched_quality
@@ -176,14 +172,14 @@ class CandidateBuilder:
         when its file fits, and benchmark it on the device only when its quality (signed so higher is better)
         exceeds `best`, what it takes to replace the best candidate so far (None: there is none). `probe`: a
         candidate still to be recovered that the models put near the size budget or over the latency budget is
-        measured unrecovered first (`budget_probe`)."""
+        measured unrecovered first (`size_probe.budget_probe`)."""
         key = f"{recipe.name}:{shape.key}"
         saved = journaled_artifact(self.journal, key)
         if saved is not None and (self.work / saved.path).is_file():
             self.progress.note(f"candidate {recipe.name}, {shape.describe()}: finished before (resumed)")
         else:
             name = f"candidate-{recipe.name}-{shape.key}{RUNTIMES.get(recipe.runtime).suffix}"
-            probed = self.budget_probe(shape, recipe, budget, name) if probe else None
+            probed = budget_probe(self, shape, recipe, budget, name) if probe else None
             saved = probed or self.build(shape, recipe, name, "candidate")
             if probed is None and not budget.size_fits(saved.file_bytes):
                 saved.note = "over the size budget: not evaluated or benchmarked"
@@ -198,75 +194,12 @@ class CandidateBuilder:
         saved.checks = budget.check(saved.file_bytes, saved.benchmark, saved.validation_quality, reference)
         return saved
 
-    def budget_probe(self, shape: Shape, recipe: Recipe, budget: Budget, name: str) -> BuiltArtifact | None:
-        """The unrecovered structure's artifact when it shows the candidate over a budget, else None: for a
-        candidate still to be recovered (minutes; an export takes seconds) that the size or latency model puts
-        within its slack of that budget, either side (`ShapeFacts.size_overrun`; docs/FINDINGS.md: five of ten
-        candidates of a 5 MB fit were recovered, then found 0.1-4 % too large; in a 2.5 ms fit, two predicted 7-3 %
-        under measured 12-21 % over after their recovery). It holds for the recovered one: the shapes and the recipe
-        set the file size (the exporters store bitwise-equal tensors once, and distillation only parts such tensors,
-        so the recovered file is never smaller) and the kernels' work, not the weights' values."""
-        if not needs_recovery(self, shape) or shape.structure in self.shared.recovered:
-            return None
-        margin = self.facts.size_overrun(recipe, shape)  # a fraction: 0.01 is 1 % over the prediction
-        size_near = budget.max_mb is not None and self.predict_bytes(shape, recipe) > budget.max_mb * 1e6 * (1 - margin)
-        predicted_ms = self.predict_latency(shape, recipe) if budget.max_latency_ms is not None else None
-        latency_near = predicted_ms is not None and predicted_ms > budget.max_latency_ms / self.latency_slack(recipe)
-        if not size_near and not latency_near:
-            return None
-        try:
-            probe = self.build(shape, recipe, name, "candidate", recover=False)
-        except VerificationError as error:
-            # verification judges the recipe on the weights it exports; these are not the candidate's (a pruned
-            # SmolLM2 at int8 disagreed with its unrecovered source at cosine 0.987 and the search dropped int8
-            # for the whole fit; docs/FINDINGS.md): the recovered build is verified as ever
-            self.progress.note(f"  the unrecovered structure's probe failed verification ({error}); recovering "
-                               "it and verifying the candidate itself")
-            return None
-        if budget.size_fits(probe.file_bytes) and budget.needs_benchmark():
-            self.benchmark(probe)
-        over = [c.name for c in budget.check(probe.file_bytes, probe.benchmark, None, None)
-                if not c.passed and c.value is not None]
-        if not over:
-            return None
-        probe.note = (f"over the {', '.join(over)} budget, measured on the unrecovered structure (its shapes set the "
-                      "file size and the kernels' work): not recovered or evaluated")
-        self.progress.note(f"  {probe.note}")
-        return probe
-
     def observe(self, recipe: str, shape: Shape, artifact: BuiltArtifact) -> None:
         """Teach the size and latency models what a built candidate measured (the searcher tells it, so a search
         replayed from its state learns exactly what the original did)."""
         self.facts.observe_size(RECIPES.get(recipe), shape, artifact.file_bytes)
         if artifact.benchmark is not None:
             self.facts.latency_model.observe(recipe, self.facts.flops(shape), artifact.benchmark.p50_ms)
-
-    def build_job(self, shape: Shape, recipe: Recipe, recovering: tuple[Shape, ...] = ()) -> BuildJob | None:
-        """The candidate's build as a function of its inputs, to start early elsewhere (`edgeprune.cluster.ahead`);
-        None when its export is cached already, or when it is to be recovered and one of `recovering` (structures
-        recovered before it) may become the recovered weights it starts from (it would start from other weights
-        than the search here would give it)."""
-        trimmed, remap, calibration = shape.trim_vocabulary, self.artifacts.remap, self.artifacts.calibration
-        example = remap(self.facts.example, trimmed)
-        suffix = RUNTIMES.get(recipe.runtime).suffix
-        exports = self.task.cache_dir / "exports"
-        verify_on = [remap(i, trimmed) for i in self.artifacts.verify_inputs]
-        name = f"candidate ({recipe.name})"
-        vocabulary = self.vocabulary if trimmed else None
-        if needs_recovery(self, shape) and shape.structure not in self.shared.recovered:
-            structure = shape.structure
-            if any(may_start_from(structure, other) for other in recovering):
-                return None
-            student, parent = recovery_start(self, structure)
-            return BuildJob(ExportJob(student, example, recipe, calibration(recipe, trimmed),
-                                      exports / f"recovered{suffix}"),  # named after recovery, by its weights
-                            verify_on, vocabulary, name, RecoverySpec(self.options, parent, torch.get_num_threads()))
-        model = self.candidate_model(shape)
-        inputs = calibration(recipe, trimmed)
-        target = exports / f"{content_key(model, recipe, example, inputs)}{suffix}"
-        if target.exists():
-            return None
-        return BuildJob(ExportJob(model, example, recipe, inputs, target), verify_on, vocabulary, name)
 
     def build(self, shape: Shape, recipe: Recipe, file_name: str, label: str,
               baseline: bool = False, recover: bool = True) -> BuiltArtifact:
