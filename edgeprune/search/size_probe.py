@@ -1,20 +1,32 @@
 """The size and latency probe of a candidate still to be recovered: its unrecovered structure exported (and
 benchmarked) first when the models put it near a budget, so that no distillation is spent on a candidate over it."""
 
-from typing import TYPE_CHECKING
+from typing import Protocol
 
 from edgeprune.errors import VerificationError
 from edgeprune.quantize import Recipe
 from edgeprune.search.budget import Budget
-from edgeprune.search.recovering import needs_recovery
+from edgeprune.search.recovering import RecoveringBuilder, needs_recovery
 from edgeprune.search.result import BuiltArtifact
 from edgeprune.search.space import Shape
 
-if TYPE_CHECKING:
-    from edgeprune.search.builder import CandidateBuilder
+
+class ProbingBuilder(RecoveringBuilder, Protocol):
+    """What the probe uses of `edgeprune.search.builder.CandidateBuilder`, beyond what recovery does."""
+
+    def predict_bytes(self, shape: Shape, recipe: Recipe) -> int: ...
+
+    def predict_latency(self, shape: Shape, recipe: Recipe) -> float | None: ...
+
+    def latency_slack(self, recipe: Recipe) -> float: ...
+
+    def build(self, shape: Shape, recipe: Recipe, file_name: str, label: str, baseline: bool = False,
+              recover: bool = True) -> BuiltArtifact: ...
+
+    def benchmark(self, artifact: BuiltArtifact) -> None: ...
 
 
-def budget_probe(builder: "CandidateBuilder", shape: Shape, recipe: Recipe, budget: Budget,
+def budget_probe(builder: ProbingBuilder, shape: Shape, recipe: Recipe, budget: Budget,
                  name: str) -> BuiltArtifact | None:
     """The unrecovered structure's artifact when it shows the candidate over a budget, else None: for a
     candidate still to be recovered (minutes; an export takes seconds) that the size or latency model puts
