@@ -167,3 +167,27 @@ def test_the_fit_times_decode_where_the_chart_against_context_needs_it():
     assert chart_depths(512) == (128, 256, 384)  # 1024 is past the context; 3/4 leaves 128 slots to decode
     assert chart_depths(2048) == (128, 512, 1024, 1536)
     assert chart_depths(64) == (32,)  # a context too short for any: half way
+
+
+def test_the_dense_baseline_takes_the_teachers_perplexity_which_its_program_gives(gqa_fit):
+    """A generator's dense fp32 program that verified is not run over the splits (minutes on SmolLM2): its
+    validation and test perplexity are the teacher's in PyTorch, and result.json and the report say so. Run through
+    the program here, it gives the same; the shipped (pruned) program is measured through its runtime."""
+    from edgeprune.export import load_artifact
+    from edgeprune.report.facts import format_metric
+    from edgeprune.tasks import make_task
+
+    _, result, out = gqa_fit
+    dense, fitted = result["dense"], result["fitted"]
+    assert dense["verification"]["min_cosine"] >= 0.99999
+    assert dense["quality_source"].startswith("PyTorch") and fitted["quality_source"] == ""
+    assert dense["quality"] == result["teacher_quality"] and dense["validation_quality"]["split"] == "validation"
+    task = make_task("causal-lm", out.parent / "llama", out.parent / "text.jsonl", max_length=16)
+    for split, quality in (("validation", dense["validation_quality"]), ("test", dense["quality"])):
+        through_program = task.runtime_quality(load_artifact(out / dense["path"]), split)
+        assert through_program.value == pytest.approx(quality["value"], rel=1e-4), split
+    report, page = (out / "report.md").read_text(), (out / "report.html").read_text()
+    assert "The dense baseline's perplexity is the teacher's in PyTorch (its fp32 program verified" in report
+    assert f"| {format_metric(dense['quality']['value'], 'perplexity')} (PyTorch) |" in report
+    assert "the dense baseline&#39;s in PyTorch (its fp32 program verified to compute the same)" in page
+    assert "the chosen artifact through the runtime, the dense baseline in PyTorch" in page

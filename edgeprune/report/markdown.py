@@ -99,7 +99,8 @@ def render_markdown(result: FitResult) -> str:
                 _bench(dense, "kv_unwritten_mb", "{:.1f} MB"), _bench(fitted, "kv_unwritten_mb", "{:.1f} MB"))]
           if fitted.benchmark is not None and fitted.benchmark.kv_unwritten_mb is not None else []),
         _row(f"test {metric} through {_runtimes(dense, fitted)} (measured)",
-             format_quality(test_quality(dense)), format_quality(test_quality(fitted))),
+             format_quality(test_quality(dense)) + (" (PyTorch)" if dense.quality_source else ""),
+             format_quality(test_quality(fitted))),
         *([_row(f"next-token agreement with the dense teacher ({fitted.teacher_agreement.prompts} test prompts, "
                 f"{fitted.teacher_agreement.new_tokens} greedy tokens each)", _agreement(dense), _agreement(fitted))]
           if fitted.teacher_agreement is not None else []),
@@ -110,6 +111,9 @@ def render_markdown(result: FitResult) -> str:
         f"Dense teacher in PyTorch: test {metric} {format_quality(teacher_quality(result))} "
         f"on {(result.task.get('split_sizes') or {}).get('test', 'the')} test examples.",
     ]
+    if dense.quality_source:
+        lines.append(f"The dense baseline's {metric} is the teacher's in {dense.quality_source}: a pass over the "
+                     "splits through it would only repeat it.")
     if fitted.recovery:
         lines.append(f"Fitted model recovered: {fitted.recovery}.")
     if result.recovery is not None:

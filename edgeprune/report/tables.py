@@ -70,6 +70,8 @@ def summary_table(result: FitResult) -> Table:
 
     bench_source = badge(benchmark_source(fitted.benchmark))
     test = test_quality(fitted) or test_quality(dense)
+    # a generator's dense baseline takes the teacher's quality in PyTorch (its fp32 program verified the same)
+    dense_source = f"; the dense baseline's in {dense.quality_source}" if dense.quality_source else ""
     metric = metric_name(result)
     rows: list[list[object]] = [
         ["recipe", dense.recipe.name, fitted.recipe.name, ""],
@@ -85,9 +87,9 @@ def summary_table(result: FitResult) -> Table:
         ["energy per inference", bench(dense, "energy_mj_per_inference", "{:.2f} mJ"),
          bench(fitted, "energy_mj_per_inference", "{:.2f} mJ"), badge(energy_source(fitted.benchmark))],
         [f"{metric} (validation)", format_quality(search_quality(dense)), format_quality(search_quality(fitted)),
-         badge(f"{MEASURED} through the runtime")],
+         badge(f"{MEASURED} through the runtime{dense_source}")],
         [f"{metric} (test)", format_quality(test_quality(dense)), format_quality(test_quality(fitted)),
-         badge(f"{MEASURED} through the runtime" + (f" on {test.examples} examples" if test else ""))
+         badge(f"{MEASURED} through the runtime" + (f" on {test.examples} examples" if test else "") + dense_source)
          if test else badge(NOT_MEASURED)],
         ["worst cosine to the PyTorch source", f"{dense.verification.min_cosine:.6f}",
          f"{fitted.verification.min_cosine:.6f}", badge(f"{MEASURED} on {fitted.verification.num_inputs} inputs")],
@@ -208,7 +210,9 @@ def provenance_table(result: FitResult) -> Table:
          badge(energy_source(fitted.benchmark))],
         [f"{metric} (validation)", "each candidate through its runtime; the search decides on it",
          badge(MEASURED if search_quality(fitted) else NOT_MEASURED)],
-        [f"{metric} (test)", "the dense baseline and the chosen artifact through the runtime"
+        [f"{metric} (test)", ("the chosen artifact through the runtime, the dense baseline in "
+                              f"{result.dense.quality_source}" if result.dense.quality_source else
+                              "the dense baseline and the chosen artifact through the runtime")
          + (f", {test.examples} examples" if test else ""), badge(MEASURED if test else NOT_MEASURED)],
         [f"dense teacher {metric}", "PyTorch on the test split",
          badge(MEASURED if teacher_quality(result) else NOT_MEASURED)],

@@ -40,7 +40,13 @@ from edgeprune.search.budget import Budget
 from edgeprune.search.builder import CandidateBuilder, journaled_artifact
 from edgeprune.search.choice import ACCURACY_METRICS, choose, pareto_front, quality_tolerance
 from edgeprune.search.estimate import HostEstimator
-from edgeprune.search.generator_figures import agreement_with_teacher, benchmark_generator, teacher_reference
+from edgeprune.search.generator_figures import (
+    adopt_teacher_quality,
+    agreement_with_teacher,
+    benchmark_generator,
+    quality_from_pytorch,
+    teacher_reference,
+)
 from edgeprune.search.journal import JOURNAL_NAME, Journal, prepare_out_dir
 from edgeprune.search.options import FitOptions
 from edgeprune.search.recovering import RECOVERED_FOLDER, recovery_cost, settle_quantization_aware
@@ -51,7 +57,7 @@ from edgeprune.search.shared import SharedWork, dense_head_means
 from edgeprune.search.ship import keep_only, reproduce, ship_files, summary
 from edgeprune.search.space import Shape
 from edgeprune.serialization import to_jsonable, write_text_atomic
-from edgeprune.tasks.base import Task
+from edgeprune.tasks.base import Task, Teacher
 from edgeprune.tasks.causal_lm import CausalLMTask
 from edgeprune.tasks.compatibility import DECODER
 from edgeprune.tasks.metrics import per_class_regressions
@@ -189,7 +195,7 @@ def fit_task(
                                        benchmarker, journal, vocabulary, shared, means, elsewhere,
                                        teacher.validation)
             mark = time.perf_counter()
-            dense = _dense_baseline(builder, runtime, journal)
+            dense = _dense_baseline(builder, runtime, journal, teacher)
             ahead = _builds_ahead(builder, elsewhere, builds_ahead, shared_folder, progress)
             limit_s = options.time_limit_minutes * 60 if options.time_limit_minutes is not None else None
             try:
@@ -206,8 +212,14 @@ def fit_task(
         fitted, binding, suggestions = choose(candidates, budget, teacher.validation, tolerance)
         keep_only(fitted, candidates, work)
         reference = teacher_reference(teacher.model)  # the teacher's continuations, once for both programs
+        if fitted.quality_source:  # the dense baseline ships: what it is measured by is its own program
+            fitted.quality_source = ""
+            builder.artifacts.evaluate(fitted)
         for artifact in (dense, fitted):
-            artifact.quality = builder.artifacts.runtime_quality(artifact, "test")
+            if artifact.quality_source:
+                adopt_teacher_quality(artifact, teacher.test, progress)
+            else:
+                artifact.quality = builder.artifacts.runtime_quality(artifact, "test")
             if artifact.quality.metric in ACCURACY_METRICS:
                 artifact.test_accuracy = artifact.quality.value
             artifact.teacher_agreement = agreement_with_teacher(task, reference, work / artifact.path, progress)
@@ -351,13 +363,17 @@ def vocabulary_for(task: Task, options: FitOptions, progress: Progress) -> Vocab
     return vocabulary
 
 
-def _dense_baseline(builder: CandidateBuilder, runtime: str, journal: Journal) -> BuiltArtifact:
+def _dense_baseline(builder: CandidateBuilder, runtime: str, journal: Journal, teacher: Teacher) -> BuiltArtifact:
     saved = journaled_artifact(journal, "dense")
     if saved is not None and (builder.work / saved.path).is_file():
         return saved
     dense = builder.build(Shape(), RECIPES.get(FP32_RECIPE[runtime]), BASELINE_STEM + builder.suffix,
                           "dense baseline", baseline=True)
-    builder.artifacts.measure(dense)
+    if quality_from_pytorch(builder.task, dense):
+        adopt_teacher_quality(dense, teacher.validation, builder.progress)
+        builder.artifacts.benchmark(dense)
+    else:
+        builder.artifacts.measure(dense)
     journal.record_candidate("dense", to_jsonable(dense))
     return dense
 

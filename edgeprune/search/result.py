@@ -81,6 +81,9 @@ class BuiltArtifact:
     recovery: str = ""  # how the model was distilled before export (fit's --recover-steps); "" when it was not
     # a generator's greedy continuations against the dense teacher's, through the program (dense and fitted only)
     teacher_agreement: TeacherAgreement | None = None
+    # where validation_quality and quality were measured when not through the runtime: a generator's dense fp32
+    # baseline takes the teacher's in PyTorch (edgeprune.search.generator_figures.quality_from_pytorch)
+    quality_source: str = ""
 
     @property
     def shape(self) -> Shape:
