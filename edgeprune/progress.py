@@ -85,8 +85,7 @@ class Progress:
     def write(self, message: str) -> None:
         if not self.enabled:
             return
-        elapsed = time.monotonic() - self.started
-        line = f"[{int(elapsed // 60):02d}:{elapsed % 60:04.1f}] {message}"
+        line = f"[{stamp(time.monotonic() - self.started)}] {message}"
         if self.draws_bars:
             from tqdm import tqdm
 
@@ -176,6 +175,13 @@ def silence_transformers() -> None:
 
     transformers_logging.set_verbosity_error()
     transformers_logging.disable_progress_bar()
+
+
+def stamp(elapsed_s: float) -> str:
+    """A progress line's time, minutes and seconds to a tenth: "03:59.9"; rounded before it is split, so that
+    239.96 s reads "04:00.0", not "03:60.0"."""
+    tenths = round(elapsed_s * 10)
+    return f"{tenths // 600:02d}:{tenths % 600 / 10:04.1f}"
 
 
 def elapsed_text(started: float) -> str:

@@ -86,8 +86,8 @@ def quality_from_pytorch(task: Task, artifact: BuiltArtifact) -> bool:
     """Whether a baseline's quality is the dense teacher's in PyTorch rather than a pass through its program: for a
     generator's fp32 program that verified (worst cosine to PyTorch at least 0.99999). A generator's perplexity
     through its program prefills and decodes every block of the split: SmolLM2's fp32 program took 38 s (ExecuTorch)
-    and 80 s (LiteRT) on the validation split and 70 and 142 s on the test split (2026-12-07, 2 threads), and gave
-    PyTorch's perplexity to four decimals (41.6183 against 41.618). Quantized programs are always measured."""
+    and 58-80 s (LiteRT) on the validation split, 70 and 107-142 s on the test split (2026-12-07, 2 threads), for
+    PyTorch's perplexity to four decimals (41.6183 both). Quantized programs are always measured."""
     return isinstance(task, CausalLMTask) and artifact.recipe.name == FP32_RECIPE[artifact.recipe.runtime] \
         and artifact.verification.passed
 
