@@ -18,12 +18,14 @@ PERCENT_METRICS = ("accuracy", "top1")
 
 
 def search_quality(artifact: BuiltArtifact) -> Quality | None:
-    """The quality the search decides on and the Pareto front is drawn over (validation split, through the runtime)."""
+    """The quality the search decides on and the Pareto front is drawn over (validation split, through the runtime;
+    a generator's dense baseline: the teacher's in PyTorch, `BuiltArtifact.quality_source`)."""
     return artifact.validation_quality
 
 
 def test_quality(artifact: BuiltArtifact) -> Quality | None:
-    """Quality on the held-out test split, through the runtime (measured for the dense baseline and the winner)."""
+    """Quality on the held-out test split, through the runtime (measured for the dense baseline and the winner; a
+    generator's dense baseline: the teacher's in PyTorch, `BuiltArtifact.quality_source`)."""
     return artifact.quality
 
 

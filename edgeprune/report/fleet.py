@@ -62,7 +62,8 @@ def fleet_figure(result: FleetResult) -> Figure:
     device's size budget) and p50 latency (with its latency budget)."""
     members = [m for m in result.members if m.file_bytes is not None]
     caption = ("Per device, the fitted artifact: test quality through the runtime (the dense model's as a dark "
-               "tick), file size and p50 latency on the device, each budget as a dashed red tick.")
+               "tick; a decoder's dense fp32 program takes the teacher's in PyTorch), file size and p50 latency on the "
+               "device, each budget as a dashed red tick.")
     if not members:
         return Figure(CHART_ID, empty="No device produced an artifact.")
     names = [m.device for m in members]

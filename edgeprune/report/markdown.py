@@ -98,7 +98,8 @@ def render_markdown(result: FitResult) -> str:
         *([_row("KV cache the timed calls left unwritten (the memory budget adds it: the cache at the full context)",
                 _bench(dense, "kv_unwritten_mb", "{:.1f} MB"), _bench(fitted, "kv_unwritten_mb", "{:.1f} MB"))]
           if fitted.benchmark is not None and fitted.benchmark.kv_unwritten_mb is not None else []),
-        _row(f"test {metric} through {_runtimes(dense, fitted)} (measured)",
+        _row(f"test {metric} through {_runtimes(dense, fitted)} (measured"
+             + ("; the dense baseline's in PyTorch, below" if dense.quality_source else "") + ")",
              format_quality(test_quality(dense)) + (" (PyTorch)" if dense.quality_source else ""),
              format_quality(test_quality(fitted))),
         *([_row(f"next-token agreement with the dense teacher ({fitted.teacher_agreement.prompts} test prompts, "

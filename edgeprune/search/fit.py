@@ -212,12 +212,9 @@ def fit_task(
         fitted, binding, suggestions = choose(candidates, budget, teacher.validation, tolerance)
         keep_only(fitted, candidates, work)
         reference = teacher_reference(teacher.model)  # the teacher's continuations, once for both programs
-        if fitted.quality_source:  # the dense baseline ships: what it is measured by is its own program
-            fitted.quality_source = ""
-            builder.artifacts.evaluate(fitted)
-        for artifact in (dense, fitted):
+        for artifact in (dense, fitted):  # (the dense baseline is never a candidate: the fitted one is measured)
             if artifact.quality_source:
-                adopt_teacher_quality(artifact, teacher.test, progress)
+                adopt_teacher_quality(artifact, teacher.test, "test", progress)
             else:
                 artifact.quality = builder.artifacts.runtime_quality(artifact, "test")
             if artifact.quality.metric in ACCURACY_METRICS:
@@ -369,8 +366,8 @@ def _dense_baseline(builder: CandidateBuilder, runtime: str, journal: Journal, t
         return saved
     dense = builder.build(Shape(), RECIPES.get(FP32_RECIPE[runtime]), BASELINE_STEM + builder.suffix,
                           "dense baseline", baseline=True)
-    if quality_from_pytorch(builder.task, dense):
-        adopt_teacher_quality(dense, teacher.validation, builder.progress)
+    if quality_from_pytorch(builder.task, dense, builder.work / dense.path, teacher.model):
+        adopt_teacher_quality(dense, teacher.validation, "validation", builder.progress)
         builder.artifacts.benchmark(dense)
     else:
         builder.artifacts.measure(dense)

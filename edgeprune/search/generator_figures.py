@@ -79,30 +79,53 @@ def chart_depths(context: int) -> tuple[int, ...]:
 
 
 # BuiltArtifact.quality_source of a dense baseline whose quality was taken from the teacher in PyTorch
-PYTORCH_QUALITY = "PyTorch (its fp32 program verified to compute the same)"
+PYTORCH_QUALITY = "PyTorch (its fp32 program checked to compute the same, prefilling and decoding)"
 
 
-def quality_from_pytorch(task: Task, artifact: BuiltArtifact) -> bool:
+def quality_from_pytorch(task: Task, artifact: BuiltArtifact, program: Path, teacher: torch.nn.Module) -> bool:
     """Whether a baseline's quality is the dense teacher's in PyTorch rather than a pass through its program: for a
-    generator's fp32 program that verified (worst cosine to PyTorch at least 0.99999). A generator's perplexity
-    through its program prefills and decodes every block of the split: SmolLM2's fp32 program took 38 s (ExecuTorch)
-    and 58-80 s (LiteRT) on the validation split, 70 and 107-142 s on the test split (2026-12-07, 2 threads), for
-    PyTorch's perplexity to four decimals (41.6183 both). Quantized programs are always measured."""
-    return isinstance(task, CausalLMTask) and artifact.recipe.name == FP32_RECIPE[artifact.recipe.runtime] \
-        and artifact.verification.passed
+    generator's fp32 program that verified on prefills (worst cosine to PyTorch at least 0.99999, what fp32 recipes
+    require) and that also decodes like PyTorch (`decode_cosine`). A generator's perplexity through its program
+    prefills and decodes every block of the split: SmolLM2's fp32 program took 38 s (ExecuTorch) and 58-80 s
+    (LiteRT) on the validation split, 70 and 107-142 s on the test split (2026-12-07, 2 threads), for PyTorch's
+    perplexity to four decimals (41.6183 both). Quantized programs are always measured."""
+    if not (isinstance(task, CausalLMTask) and artifact.recipe.name == FP32_RECIPE[artifact.recipe.runtime]
+            and artifact.verification.passed):
+        return False
+    return decode_cosine(task, program, teacher) >= artifact.recipe.min_cosine
 
 
-def adopt_teacher_quality(artifact: BuiltArtifact, quality: Quality, progress: Progress) -> None:
-    """Give `artifact` the teacher's PyTorch `quality` on its split (validation: what the search decides on;
-    test: the report's), saying where it came from."""
-    if quality.split == "validation":
+@torch.no_grad()
+def decode_cosine(task: CausalLMTask, program: Path, teacher: torch.nn.Module) -> float:
+    """The worst cosine, over the first test block, of the program's logits to the teacher's in PyTorch, the block
+    run as `CausalLMTask.runtime_quality` runs it: prefilled up to its last DECODE_TOKENS tokens, those decoded one
+    at a time through the program's cache (the path a verification on prefills does not take)."""
+    from edgeprune.export import load_artifact
+    from edgeprune.tasks.causal_lm import DECODE_TOKENS
+
+    run = load_artifact(program)
+    block = task.encode("test")["input_ids"][:1]
+    prefill = task.max_length - min(DECODE_TOKENS, task.max_length // 2)
+    steps = [run(block[:, :prefill], torch.arange(prefill))[0]]
+    steps += [run(block[:, t:t + 1], torch.tensor([t]))[0] for t in range(prefill, task.max_length)]
+    reference = teacher(block)[0]
+    return float(torch.nn.functional.cosine_similarity(torch.cat(steps, dim=1)[0].float(), reference[0].float(),
+                                                       dim=-1).min())
+
+
+def adopt_teacher_quality(artifact: BuiltArtifact, quality: Quality, split: str, progress: Progress) -> None:
+    """Give `artifact` the teacher's PyTorch `quality` on `split` (validation: what the search decides on; test:
+    the report's), saying where it came from."""
+    if split == "validation":
         artifact.validation_quality = quality
-    else:
+    elif split == "test":
         artifact.quality = quality
+    else:
+        raise ValueError(f"a baseline's quality is adopted on the validation or test split, not {split!r}")
     artifact.quality_source = PYTORCH_QUALITY
-    progress.note(f"  {quality.split} {quality.metric} {quality.value:.4f} in PyTorch: the fp32 program verified to "
-                  f"compute the same (worst cosine {artifact.verification.min_cosine:.5f}), so it is not run over the "
-                  "split")
+    progress.note(f"  {split} {quality.metric} {quality.value:.4f} in PyTorch: the fp32 program computes the same "
+                  f"(worst cosine {artifact.verification.min_cosine:.5f} on prefills, at least "
+                  f"{artifact.recipe.min_cosine} decoding), so it is not run over the split")
 
 
 def teacher_reference(teacher: torch.nn.Module) -> "TeacherContinuations":
