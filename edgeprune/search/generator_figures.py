@@ -98,18 +98,14 @@ def quality_from_pytorch(task: Task, artifact: BuiltArtifact, program: Path, tea
 @torch.no_grad()
 def decode_cosine(task: CausalLMTask, program: Path, teacher: torch.nn.Module) -> float:
     """The worst cosine, over the first test block, of the program's logits to the teacher's in PyTorch, the block
-    run as `CausalLMTask.runtime_quality` runs it: prefilled up to its last DECODE_TOKENS tokens, those decoded one
+    run as `CausalLMTask.runtime_quality` runs it (`generated_logits`): prefilled, its last tokens decoded one
     at a time through the program's cache (the path a verification on prefills does not take)."""
     from edgeprune.export import load_artifact
-    from edgeprune.tasks.causal_lm import DECODE_TOKENS
+    from edgeprune.tasks.causal_lm import generated_logits, prefill_length
 
-    run = load_artifact(program)
     block = task.encode("test")["input_ids"][:1]
-    prefill = task.max_length - min(DECODE_TOKENS, task.max_length // 2)
-    steps = [run(block[:, :prefill], torch.arange(prefill))[0]]
-    steps += [run(block[:, t:t + 1], torch.tensor([t]))[0] for t in range(prefill, task.max_length)]
-    reference = teacher(block)[0]
-    return float(torch.nn.functional.cosine_similarity(torch.cat(steps, dim=1)[0].float(), reference[0].float(),
+    logits = generated_logits(load_artifact(program), block, prefill_length(task.max_length, "test"))
+    return float(torch.nn.functional.cosine_similarity(logits[0].float(), teacher(block)[0][0].float(),
                                                        dim=-1).min())
 
 

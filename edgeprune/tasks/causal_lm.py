@@ -238,15 +238,12 @@ class CausalLMTask(TextTask):
         validation split VALIDATION_DECODE_TOKENS), those decoded one at a time, each block starting again at
         position 0 (the cache is overwritten, never reset)."""
         ids = self.encode(split)["input_ids"]
-        decoded = VALIDATION_DECODE_TOKENS if split == "validation" else DECODE_TOKENS
-        prefill = self.max_length - min(decoded, self.max_length // 2)
+        prefill = prefill_length(self.max_length, split)
         tally = PerplexityTally(split)
         with self.progress.task(f"{self.metric} through the runtime on the {split} split (prefill {prefill}, "
                                 f"decode {self.max_length - prefill})", len(ids)) as bar:
             for block in ids.split(1):
-                steps = [run(block[:, :prefill], torch.arange(prefill))[0]]
-                steps += [run(block[:, t:t + 1], torch.tensor([t]))[0] for t in range(prefill, self.max_length)]
-                tally.add(torch.cat(steps, dim=1), block)
+                tally.add(generated_logits(run, block, prefill), block)
                 bar.advance(1)
         return tally.quality()
 
@@ -261,6 +258,21 @@ class CausalLMTask(TextTask):
 
     def vocabulary(self) -> None:
         return None  # the output layer predicts every token; trimming the input table alone would break tied weights
+
+
+def prefill_length(block_length: int, split: Split) -> int:
+    """How much of each block `CausalLMTask.runtime_quality` prefills; the rest (DECODE_TOKENS, on the validation
+    split VALIDATION_DECODE_TOKENS, at most half the block) it decodes a token at a time."""
+    decoded = VALIDATION_DECODE_TOKENS if split == "validation" else DECODE_TOKENS
+    return block_length - min(decoded, block_length // 2)
+
+
+def generated_logits(run: RuntimeRun, block: torch.Tensor, prefill: int) -> torch.Tensor:
+    """A block's logits through a generator program: prefilled up to `prefill` from position 0, the rest decoded a
+    token at a time through the program's cache."""
+    steps = [run(block[:, :prefill], torch.arange(prefill))[0]]
+    steps += [run(block[:, t:t + 1], torch.tensor([t]))[0] for t in range(prefill, block.shape[1])]
+    return torch.cat(steps, dim=1)
 
 
 def read_teacher_qualities(cache_file: Path, warn: Callable[[str], None]) -> tuple[Quality, Quality] | None:
