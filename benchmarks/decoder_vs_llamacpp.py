@@ -293,6 +293,7 @@ def main() -> int:
     from edgeprune.quantize import CALIBRATION_EXAMPLES, RECIPES
     from edgeprune.runtimes import RUNTIMES
     from edgeprune.tasks import bundled_task
+    from edgeprune.tasks.base import example_count
 
     torch.set_num_threads(args.threads)
     task = bundled_task("smollm2-bbc", max_length=TOKENS, context=args.context)
@@ -343,8 +344,8 @@ def main() -> int:
         notes.append("edgeprune fitted: skipped (no --fitted PATH/model.pte given)")
     edgeprune_tokens = int(task.encode("test")["input_ids"].numel())
     notes += [
-        f"perplexity: held-out test split of smollm2-bbc (BBC News). edgeprune: {task.count('test')} blocks of "
-        f"{TOKENS} tokens ({edgeprune_tokens} tokens) through the program, each block's next tokens scored; "
+        f"perplexity: held-out test split of smollm2-bbc (BBC News). edgeprune: {example_count(task, 'test')} "
+        f"blocks of {TOKENS} tokens ({edgeprune_tokens} tokens) through the program, each block's next tokens scored; "
         f"llama.cpp: the same documents as text cut to ~{text_tokens} tokens, llama-perplexity -c {TOKENS}, which "
         f"chunks on its own and scores only the second half of each chunk: comparable in magnitude, not identical "
         f"in method",

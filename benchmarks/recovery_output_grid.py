@@ -36,6 +36,7 @@ from edgeprune.recovery import distill_pruned
 from edgeprune.search.options import FitOptions
 from edgeprune.search.recovering import recovery_config
 from edgeprune.tasks import bundled_model_path, bundled_task
+from edgeprune.tasks.base import batched_quality
 
 RECIPE = "litert-int4-all"
 ROWS = (("float-head", "litert-int4"), ("grid-head", "litert-int4-all"))
@@ -55,7 +56,8 @@ def recovered_row(task, layers: int, steps: int, grid: str, folder: Path) -> dic
                       calibration=task.example_inputs("calibration", CALIBRATION_EXAMPLES),
                       verify_on=task.example_inputs("validation", 8), keep_rejected=True)
     return {"recovery_s": round(seconds, 1), "removed_layers": recovered.removed_layers,
-            "learning_rate": config.learning_rate, "pytorch_validation": task.batched_quality(student).value,
+            "learning_rate": config.learning_rate,
+            "pytorch_validation": batched_quality(task, student, batch_size=8).value,
             "program_validation": task.runtime_quality(load_artifact(path), "validation").value,
             "file_mb": round(artifact.size_bytes / 1e6, 3), "min_cosine": artifact.verification.min_cosine}
 

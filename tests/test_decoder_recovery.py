@@ -13,6 +13,7 @@ from edgeprune.recovery import DistillConfig
 from edgeprune.search.options import FitOptions
 from edgeprune.search.recovering import recovery_config, run_recovery
 from edgeprune.tasks import make_task
+from edgeprune.tasks.base import example_count
 from tests._byo import tiny_llama_dir, topic_rows, write_jsonl
 
 
@@ -39,14 +40,14 @@ def blocks_seen(task, options: FitOptions) -> tuple[list[int], list[int], Distil
 
 def test_a_decoder_recovers_with_its_tasks_settings(tmp_path):
     task = decoder_task(tmp_path)
-    assert task.count("validation") > 16  # so that the 16-block validation limit shows
+    assert example_count(task, "validation") > 16  # so that the 16-block validation limit shows
     training, validation, config = blocks_seen(task, FitOptions(recover_steps=6))
     assert training == [2] * 6
     # three validation passes (every 2 steps) plus the one before any step, 16 blocks each; then fit's own
     # validation estimate over the whole split
     passes = validation[:4 * 8]
     assert passes == [2] * 32
-    assert sum(validation[32:]) == task.count("validation")
+    assert sum(validation[32:]) == example_count(task, "validation")
     assert (config.learning_rate, config.temperature, config.task_weight) == (3e-4, 1.0, 0.0)
     training, _, _ = blocks_seen(task, FitOptions(recover_steps=2, recovery_batch_size=3))
     assert training == [3, 3]

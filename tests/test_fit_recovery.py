@@ -19,7 +19,7 @@ from edgeprune.search.budget import Budget
 from edgeprune.search.builder import CandidateBuilder
 from edgeprune.search.journal import Journal
 from edgeprune.search.options import FitOptions
-from edgeprune.search.recovering import heads_beyond, recovered_key
+from edgeprune.search.recovering import heads_beyond, recover, recovered_key
 from edgeprune.search.size_probe import budget_probe
 from edgeprune.search.space import Shape
 from edgeprune.tasks import make_task
@@ -58,10 +58,10 @@ def recovering(tiny_bert_dir, tmp_path):
 def test_a_more_pruned_candidate_reuses_the_previous_recovered_weights(recovering):
     builder, notes = recovering()
     teacher = builder.teacher
-    first = builder.recovered(Shape(3))
+    first = recover(builder, Shape(3))
     assert not any("recovering from" in n for n in notes.notes)
     assert any(n.strip().startswith("recovered 3 heads removed in") for n in notes.notes)
-    second = builder.recovered(Shape(6))
+    second = recover(builder, Shape(6))
     assert "  recovering from the recovered candidate with 3 heads removed" in notes.notes
     kept = [b.num_heads for b in adapter_for(second).attention_blocks(second)]
     assert sum(kept) == 12 - 6 and kept == [len(k) for k in builder.facts.plan(6).kept_heads]
@@ -72,15 +72,15 @@ def test_a_more_pruned_candidate_reuses_the_previous_recovered_weights(recoverin
 
 def test_ffn_and_layer_structures_recover_along_their_line_to_the_structure_fit_would_cut(recovering):
     builder, notes = recovering(ffn_fractions=(0.0, 0.5), layer_removals=(0, 1))
-    builder.recovered(Shape(2, 0.5, 1))
-    again = builder.recovered(Shape(5, 0.5, 1))
+    recover(builder, Shape(2, 0.5, 1))
+    again = recover(builder, Shape(5, 0.5, 1))
     assert "  recovering from the recovered candidate with 2 heads removed, FFN −50%, 1 layer removed" in notes.notes
     direct = builder.facts.pruned(Shape(5, 0.5, 1))  # the same structure cut from the teacher in one go
     assert heads_of(again) == heads_of(direct)
     assert intermediate_sizes(again) == intermediate_sizes(direct) == [32, 32]
     assert len(adapter_for(again).attention_blocks(again)) == 2  # 3 layers, 1 removed
     # another line (no FFN removed) never starts from this one's weights
-    builder.recovered(Shape(5, 0.0, 1))
+    recover(builder, Shape(5, 0.0, 1))
     assert sum("recovering from" in n for n in notes.notes) == 1
 
 
@@ -228,7 +228,7 @@ def test_the_search_bound_is_measured_after_recovery_and_borrowed_before(recover
     teacher = builder.proxy(Shape())
     assert builder.bound(Shape(4, 0.5, 1)) == teacher  # nothing recovered yet: the dense teacher's quality
     assert builder.bound(Shape()) == teacher
-    builder.recovered(Shape(2, 0.5, 1))
+    recover(builder, Shape(2, 0.5, 1))
     measured = builder.journal.proxies[recovered_key(Shape(2, 0.5, 1))]
     assert builder.proxy(Shape(2, 0.5, 1)).value == measured["value"]  # the estimate is now the recovered one
     assert builder.bound(Shape(2, 0.5, 1, trim_vocabulary=True)).value == measured["value"]

@@ -8,7 +8,7 @@ import torch.nn.functional as F
 
 from edgeprune.errors import UserInputError
 from edgeprune.tasks import make_task
-from edgeprune.tasks.base import batched_quality, split_items
+from edgeprune.tasks.base import batched_quality, example_count, split_items
 from tests._byo import tiny_llama_dir, topic_rows, write_jsonl
 
 
@@ -37,6 +37,25 @@ def test_perplexity_is_exp_of_the_mean_next_token_loss(llama_dir, tmp_path):
     assert math.exp(loss.item()) == pytest.approx(expected, rel=1e-5)
     # in batches (what fit's PyTorch estimates use): the same figure
     assert batched_quality(task, teacher.model, "test", batch_size=3).value == pytest.approx(expected, rel=1e-5)
+
+
+def test_perplexity_reduces_each_block_as_it_comes_and_keeps_no_logits(llama_dir, tmp_path, monkeypatch):
+    """A decoder's logits are vocabulary-wide (SmolLM2: 25 MB a block of 128): PyTorch estimates and the teacher's
+    perplexity reduce each block to its loss instead of keeping the split's logits for `quality_from_outputs`
+    (which a fit's estimates did, in batches of 32, since the tasks' helpers became functions)."""
+    task = make_task("causal-lm", llama_dir, write_jsonl(tmp_path / "t.jsonl", long_rows()), max_length=16)
+    model = task.dense_model()
+    kept = {"validation": task.quality_from_outputs(
+        [model(ids)[0].detach() for ids in task.encode("validation")["input_ids"].split(1)], "validation")}
+
+    def keeps_every_output(outputs, split):
+        raise AssertionError(f"{len(outputs)} blocks' logits kept for the {split} split")
+
+    monkeypatch.setattr(task, "quality_from_outputs", keeps_every_output)
+    for quality in (batched_quality(task, model, "validation"), task.quality(model, "validation"),
+                    task.runtime_quality(lambda *inputs: [model(*inputs)[0]], "validation")):
+        assert quality.value == pytest.approx(kept["validation"].value, rel=1e-5)
+        assert quality.details["tokens"] == kept["validation"].details["tokens"]
 
 
 def test_no_document_reaches_two_splits(llama_dir, tmp_path):
@@ -101,11 +120,11 @@ def test_recovery_trains_on_more_calibration_blocks_than_scoring_reads(llama_dir
     data = write_jsonl(tmp_path / "t.jsonl", long_rows() * 4)
     plain = make_task("causal-lm", llama_dir, data, max_length=8, max_blocks=3)
     longer = make_task("causal-lm", llama_dir, data, max_length=8, max_blocks=3, recovery_blocks=7)
-    assert plain.count("calibration") == longer.count("calibration") == 3
+    assert example_count(plain, "calibration") == example_count(longer, "calibration") == 3
     assert torch.equal(plain.recovery_examples()["input_ids"], plain.encode("calibration")["input_ids"])
     recovery = longer.recovery_examples()["input_ids"]
     assert recovery.shape == (7, 8) and torch.equal(recovery[:3], longer.encode("calibration")["input_ids"])
-    assert longer.count("validation") == plain.count("validation") == 3
+    assert example_count(longer, "validation") == example_count(plain, "validation") == 3
     trained = torch.cat([batch["input_ids"] for batch in DistillData.from_task(longer, batch_size=2).train(0)])
     assert sorted(map(tuple, trained.tolist())) == sorted(map(tuple, recovery.tolist()))
     assert plain.cache_key() != longer.cache_key()

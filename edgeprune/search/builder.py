@@ -98,14 +98,12 @@ class CandidateBuilder:
         weights (trimmed after recovery when the shape trims the vocabulary); else the teacher pruned to it."""
         if not needs_recovery(self, shape):
             return self.facts.pruned(shape)
-        model = copy.deepcopy(self.recovered(shape))  # quantization must not touch the kept recovered weights
+        # the structure distilled from the dense teacher, full vocabulary (`recovering.recover`); copied, for
+        # quantization must not touch the kept recovered weights
+        model = copy.deepcopy(recover(self, shape))
         if shape.trim_vocabulary:  # recovered at the full vocabulary (the teacher's inputs), trimmed after
             model = trim_vocabulary(model, self.facts.structure(shape).vocabulary)
         return model
-
-    def recovered(self, shape: Shape) -> nn.Module:
-        """The structure of `shape` distilled from the dense teacher, full vocabulary (`recovering.recover`)."""
-        return recover(self, shape)
 
     def bound(self, shape: Shape) -> Quality:
         """The most an artifact of this structure can measure, as the search closes lines on: `proxy` without

@@ -57,7 +57,7 @@ from edgeprune.search.shared import SharedWork, dense_head_means
 from edgeprune.search.ship import keep_only, reproduce, ship_files, summary
 from edgeprune.search.space import Shape
 from edgeprune.serialization import to_jsonable, write_text_atomic
-from edgeprune.tasks.base import Task, Teacher
+from edgeprune.tasks.base import Task, Teacher, example_count
 from edgeprune.tasks.causal_lm import CausalLMTask
 from edgeprune.tasks.compatibility import DECODER
 from edgeprune.tasks.metrics import per_class_regressions
@@ -310,7 +310,7 @@ def _split_summary(task: Task) -> str:
     from edgeprune.data import describe_split
 
     if not any(task.splits.sizes().values()):  # tensors given directly (module tasks)
-        return "; ".join(f"{name} {task.count(name)}" for name in ("calibration", "validation", "test"))
+        return "; ".join(f"{name} {example_count(task, name)}" for name in ("calibration", "validation", "test"))
     split = describe_split(task.splits)
     parts = []
     for name, size in split["sizes"].items():

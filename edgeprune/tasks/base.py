@@ -12,7 +12,7 @@ from dataclasses import dataclass, field
 from functools import cached_property
 from pathlib import Path
 from types import MappingProxyType
-from typing import TYPE_CHECKING, Any, ClassVar
+from typing import TYPE_CHECKING, Any, ClassVar, Protocol
 
 import torch
 from torch import nn
@@ -81,6 +81,29 @@ class InputSpec:
     dtype: str
 
 
+class QualityTally(Protocol):
+    """Quality accumulated over a split as a model's outputs come, batch by batch, in the split's order."""
+
+    def add(self, outputs: torch.Tensor, batch: Batch) -> None:
+        """The first output of a batch of examples (batch first) and the batch it was computed from."""
+
+    def quality(self) -> Quality: ...
+
+
+class OutputsTally:
+    """Keeps every example's output for `Task.quality_from_outputs`: the tally of a task whose metric needs the
+    whole split at once (accuracy with a confusion matrix, neighbours among embeddings)."""
+
+    def __init__(self, task: "Task", split: Split) -> None:
+        self.task, self.split, self.outputs = task, split, []
+
+    def add(self, outputs: torch.Tensor, batch: Batch) -> None:
+        self.outputs.extend(outputs.split(1))
+
+    def quality(self) -> Quality:
+        return self.task.quality_from_outputs(self.outputs, self.split)
+
+
 @dataclass
 class Task(ABC):
     """A model folder and data, split once (seeded); subclasses say how to feed and judge the model."""
@@ -105,6 +128,9 @@ class Task(ABC):
     recovery_settings: ClassVar[Mapping[str, Any]] = MappingProxyType({})
     recovery_validation_limit: ClassVar[int | None] = None
     labelled: ClassVar[bool] = True  # whether its examples carry labels (then its splits are stratified by them)
+    # how `quality`, `batched_quality` and `runtime_quality` accumulate outputs into a Quality: a task whose outputs
+    # are large and reduce example by example (a decoder's vocabulary-wide logits) keeps none of them
+    quality_tally: ClassVar[Callable[["Task", Split], QualityTally]] = OutputsTally
 
     def __post_init__(self) -> None:
         self.model_path = Path(self.model_path)
@@ -135,9 +161,6 @@ class Task(ABC):
     def encode(self, split: Split) -> Batch:
         """The whole split as tensors; the first dimension indexes examples."""
 
-    def count(self, split: Split) -> int:
-        return int(next(iter(self.encode(split).values())).shape[0])
-
     def recovery_examples(self) -> Batch:
         """What recovery trains on: the calibration split, unless the task keeps more of its calibration text for
         training than it scores on."""
@@ -145,7 +168,7 @@ class Task(ABC):
 
     def batches(self, split: Split, batch_size: int, limit: int | None = None) -> Iterator[Batch]:
         data = self.encode(split)
-        total = self.count(split) if limit is None else min(limit, self.count(split))
+        total = example_count(self, split) if limit is None else min(limit, example_count(self, split))
         for start in range(0, total, batch_size):
             yield {k: v[start:min(start + batch_size, total)] for k, v in data.items()}
 
@@ -157,7 +180,7 @@ class Task(ABC):
     def example_inputs(self, split: Split = "validation", count: int = 1) -> list[tuple[torch.Tensor, ...]]:
         """Real inputs at batch 1, the shape artifacts are exported with."""
         data = self.encode(split)
-        available = self.count(split)
+        available = example_count(self, split)
         if available == 0:
             raise UserInputError(f"task {self.name}: the {split} split is empty; add data or change the split ratios")
         return [tuple(data[name][i:i + 1] for name in self.input_names) for i in range(min(count, available))]
@@ -192,25 +215,26 @@ class Task(ABC):
     @torch.no_grad()
     def quality(self, model: nn.Module, split: Split = "test") -> Quality:
         """Quality of a PyTorch model (batch 1, the artifact's calling convention)."""
-        outputs = []
+        tally = self.quality_tally(self, split)
         was_training = model.training
         model.eval()
         try:
             title = f"{self.metric} of the PyTorch model on the {split} split"
             for inputs in examples_with_progress(self, title, split):
-                outputs.append(_first(model(*inputs)))
+                tally.add(_first(model(*inputs)), dict(zip(self.input_names, inputs, strict=True)))
         finally:
             model.train(was_training)
-        return self.quality_from_outputs(outputs, split)
+        return tally.quality()
 
     def runtime_quality(self, run: RuntimeRun, split: Split = "test",
                         map_inputs: Callable[[tuple[torch.Tensor, ...]], tuple[torch.Tensor, ...]] | None = None
                         ) -> Quality:
         """Quality of an artifact run by its runtime, one example at a time (its exported shape)."""
-        outputs = []
+        tally = self.quality_tally(self, split)
         for inputs in examples_with_progress(self, f"{self.metric} through the runtime on the {split} split", split):
-            outputs.append(_first(run(*(map_inputs(inputs) if map_inputs else inputs))))
-        return self.quality_from_outputs(outputs, split)
+            tally.add(_first(run(*(map_inputs(inputs) if map_inputs else inputs))),
+                      dict(zip(self.input_names, inputs, strict=True)))
+        return tally.quality()
 
     # --- record -------------------------------------------------------------------------------
     def ship(self, folder: Path) -> list[str]:
@@ -253,6 +277,11 @@ def check_inputs(task: Task) -> None:
         task.encode(split)
 
 
+def example_count(task: Task, split: Split) -> int:
+    """How many examples (a decoder's blocks) `split` holds once encoded."""
+    return int(next(iter(task.encode(split).values())).shape[0])
+
+
 def split_items(task: Task, split: Split) -> list:
     """The records (LabeledText, LabeledImage, ...) of one split, in the split's order."""
     if split not in SPLITS:
@@ -276,7 +305,7 @@ def input_signature(task: Task) -> list[InputSpec]:
 def examples_with_progress(task: Task, title: str, split: Split) -> Iterator[tuple[torch.Tensor, ...]]:
     """The inputs of every example of `split` at batch 1, in order, advancing a progress bar titled `title`."""
     data = task.encode(split)
-    total = task.count(split)
+    total = example_count(task, split)
     with task.progress.task(title, total) as bar:
         for i in range(total):
             yield tuple(data[name][i:i + 1] for name in task.input_names)
@@ -287,15 +316,15 @@ def examples_with_progress(task: Task, title: str, split: Split) -> Iterator[tup
 def batched_quality(task: Task, model: nn.Module, split: Split = "validation", batch_size: int = 32) -> Quality:
     """`task.quality` computed in batches: the same figure up to float rounding (inputs keep their exported
     shape, padding masked), several times faster; what fit's PyTorch estimates use."""
-    outputs: list[torch.Tensor] = []
+    tally = task.quality_tally(task, split)
     was_training = model.training
     model.eval()
     try:
         for batch in task.batches(split, batch_size):
-            outputs.extend(_first(model(*(batch[name] for name in task.input_names))).split(1))
+            tally.add(_first(model(*(batch[name] for name in task.input_names))), batch)
     finally:
         model.train(was_training)
-    return task.quality_from_outputs(outputs, split)
+    return tally.quality()
 
 
 def _first(outputs: Any) -> torch.Tensor:

@@ -23,20 +23,22 @@ from edgeprune.cache import discard, read_entry, write_entry
 from edgeprune.errors import UserInputError
 from edgeprune.generation.fast_attention import ATTENTION_PATHS, custom_ops_available
 from edgeprune.models.classifier import CausalLMLogits
-from edgeprune.tasks.base import Batch, Quality, RuntimeRun, Split, Teacher, batched_quality, split_items
+from edgeprune.tasks.base import Batch, Quality, RuntimeRun, Split, Teacher, split_items
 from edgeprune.tasks.compatibility import DECODER
 from edgeprune.tasks.metrics import next_token_nll
 from edgeprune.tasks.text import TextTask
 
 
 class PerplexityTally:
-    """Summed next-token NLL over blocks, to a perplexity Quality."""
+    """Summed next-token NLL over blocks, to a perplexity Quality: each block's vocabulary-wide logits (SmolLM2:
+    25 MB a block of 128) are reduced as they come, none kept (`Task.quality_tally`)."""
 
-    def __init__(self, split: Split) -> None:
+    def __init__(self, task: object, split: Split) -> None:
         self.split, self.total, self.tokens, self.blocks = split, 0.0, 0, 0
 
-    def add(self, logits: torch.Tensor, input_ids: torch.Tensor) -> None:
-        nll, count = next_token_nll(logits, input_ids)
+    def add(self, logits: torch.Tensor, batch: Batch) -> None:
+        input_ids = batch["input_ids"]
+        nll, count = next_token_nll(logits.reshape(*input_ids.shape, -1), input_ids)
         self.total, self.tokens, self.blocks = self.total + nll, self.tokens + count, self.blocks + len(input_ids)
 
     def quality(self) -> Quality:
@@ -86,6 +88,7 @@ class CausalLMTask(TextTask):
     attention: str = "auto"
     # the prompt whose time to first token --max-ttft-ms limits (one prefill call); None: a whole block (max_length)
     prompt_tokens: int | None = None
+    quality_tally: ClassVar[Callable[..., PerplexityTally]] = PerplexityTally
 
     def __post_init__(self) -> None:
         super().__post_init__()
@@ -205,30 +208,9 @@ class CausalLMTask(TextTask):
 
     def quality_from_outputs(self, outputs: list[torch.Tensor], split: Split) -> Quality:
         ids = self.encode(split)["input_ids"]
-        tally = PerplexityTally(split)
+        tally = PerplexityTally(self, split)
         for index, logits in enumerate(outputs):
-            tally.add(logits.reshape(1, self.max_length, -1), ids[index:index + 1])
-        return tally.quality()
-
-    # Logits are vocabulary-wide (SmolLM2: 25 MB a block of 128): each block is reduced to its NLL as it is
-    # computed instead of keeping every block's logits for `quality_from_outputs`, as the base class does.
-    @torch.no_grad()
-    def quality(self, model: nn.Module, split: Split = "test") -> Quality:
-        return batched_quality(self, model, split, batch_size=1)
-
-    @torch.no_grad()
-    def batched_quality(self, model: nn.Module, split: Split = "validation", batch_size: int = 8) -> Quality:
-        tally = PerplexityTally(split)
-        was_training = model.training
-        model.eval()
-        try:
-            with self.progress.task(f"{self.metric} of the PyTorch model on the {split} split",
-                                    self.count(split)) as bar:
-                for batch in self.batches(split, batch_size):
-                    tally.add(model(batch["input_ids"])[0], batch["input_ids"])
-                    bar.advance(len(batch["input_ids"]))
-        finally:
-            model.train(was_training)
+            tally.add(logits, {"input_ids": ids[index:index + 1]})
         return tally.quality()
 
     def runtime_quality(self, run: RuntimeRun, split: Split = "test",
@@ -239,11 +221,11 @@ class CausalLMTask(TextTask):
         position 0 (the cache is overwritten, never reset)."""
         ids = self.encode(split)["input_ids"]
         prefill = prefill_length(self.max_length, split)
-        tally = PerplexityTally(split)
+        tally = PerplexityTally(self, split)
         with self.progress.task(f"{self.metric} through the runtime on the {split} split (prefill {prefill}, "
                                 f"decode {self.max_length - prefill})", len(ids)) as bar:
             for block in ids.split(1):
-                tally.add(generated_logits(run, block, prefill), block)
+                tally.add(generated_logits(run, block, prefill), {"input_ids": block})
                 bar.advance(1)
         return tally.quality()
 

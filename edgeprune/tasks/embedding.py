@@ -17,7 +17,7 @@ from torch import nn
 
 from edgeprune.errors import UserInputError
 from edgeprune.models.classifier import EncoderEmbedder
-from edgeprune.tasks.base import Batch, Quality, Split, Teacher, split_items
+from edgeprune.tasks.base import Batch, Quality, Split, Teacher, example_count, split_items
 from edgeprune.tasks.compatibility import ENCODER
 from edgeprune.tasks.metrics import neighbour_agreement
 from edgeprune.tasks.text import TextTask
@@ -108,7 +108,7 @@ class EmbeddingTask(TextTask):
     @torch.no_grad()
     def _embed(self, model: nn.Module, split: Split, batch_size: int = 32) -> torch.Tensor:
         chunks = []
-        with self.progress.task(f"embedding the {split} split with the dense model", self.count(split)) as bar:
+        with self.progress.task(f"embedding the {split} split with the dense model", example_count(self, split)) as bar:
             for batch in TextTask.batches(self, split, batch_size):  # no teacher embeddings: they come from here
                 chunks.append(model(batch["input_ids"], batch["attention_mask"])[0])
                 bar.advance(len(batch["input_ids"]))

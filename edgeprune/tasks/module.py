@@ -25,7 +25,7 @@ from torch import nn
 from edgeprune.data import DataSplits
 from edgeprune.errors import UserInputError
 from edgeprune.models import adapter_for
-from edgeprune.tasks.base import SPLITS, Batch, Quality, Split, Task, Teacher
+from edgeprune.tasks.base import SPLITS, Batch, Quality, Split, Task, Teacher, example_count
 
 LossFn = Callable[[nn.Module, Batch], torch.Tensor]
 MetricFn = Callable[[list[torch.Tensor], Batch], float]
@@ -88,7 +88,7 @@ class ModuleTask(Task):
 
     def describe(self) -> dict[str, Any]:
         return {"name": self.name, "kind": self.kind, "metric": self.metric_name, "module": type(self.module).__name__,
-                "split_sizes": {split: self.count(split) for split in SPLITS}, "inputs": list(self.inputs)}
+                "split_sizes": {split: example_count(self, split) for split in SPLITS}, "inputs": list(self.inputs)}
 
     def cache_key(self) -> str:
         digest = hashlib.sha256()

@@ -16,7 +16,7 @@ from edgeprune.cache import discard, read_entry, write_entry
 from edgeprune.errors import UserInputError
 from edgeprune.models.classifier import EncoderClassifier, SequenceClassifier
 from edgeprune.serialization import write_json_atomic
-from edgeprune.tasks.base import Batch, Quality, RuntimeRun, Split, Teacher, split_items
+from edgeprune.tasks.base import Batch, Quality, RuntimeRun, Split, Teacher, example_count, split_items
 from edgeprune.tasks.compatibility import DECODER, ENCODER, check_model_for_task
 from edgeprune.tasks.metrics import classification_report
 from edgeprune.tasks.text import TextTask, load_model_folder, model_architecture
@@ -145,7 +145,8 @@ class TextClassificationTask(TextTask):
         from edgeprune.models.classifier import mean_pool
 
         chunks = []
-        with self.progress.task(f"embedding the {split} split with the dense encoder", self.count(split)) as bar:
+        title = f"embedding the {split} split with the dense encoder"
+        with self.progress.task(title, example_count(self, split)) as bar:
             for batch in self.batches(split, batch_size):
                 hidden = encoder(input_ids=batch["input_ids"], attention_mask=batch["attention_mask"]).last_hidden_state
                 chunks.append(mean_pool(hidden, batch["attention_mask"]))
@@ -169,7 +170,7 @@ class TextClassificationTask(TextTask):
             output = model(batch["input_ids"], batch["attention_mask"])
             logits = output[0] if isinstance(output, tuple | list) else output.logits
             correct += int((logits.argmax(-1) == batch["labels"]).sum())
-        return correct / self.count(split)
+        return correct / example_count(self, split)
 
     def runtime_accuracy(self, run: RuntimeRun, split: Split = "test") -> float:
         return self.runtime_quality(run, split).value
