@@ -57,7 +57,7 @@ def recovered_row(task, layers: int, steps: int, grid: str, folder: Path) -> dic
                       verify_on=task.example_inputs("validation", 8), keep_rejected=True)
     return {"recovery_s": round(seconds, 1), "removed_layers": recovered.removed_layers,
             "learning_rate": config.learning_rate,
-            "pytorch_validation": batched_quality(task, student, batch_size=8).value,
+            "pytorch_validation": batched_quality(task, student).value,
             "program_validation": task.runtime_quality(load_artifact(path), "validation").value,
             "file_mb": round(artifact.size_bytes / 1e6, 3), "min_cosine": artifact.verification.min_cosine}
 

@@ -131,6 +131,7 @@ class Task(ABC):
     # how `quality`, `batched_quality` and `runtime_quality` accumulate outputs into a Quality: a task whose outputs
     # are large and reduce example by example (a decoder's vocabulary-wide logits) keeps none of them
     quality_tally: ClassVar[Callable[["Task", Split], QualityTally]] = OutputsTally
+    quality_batch_size: ClassVar[int] = 32  # examples a forward of `batched_quality` (fit's PyTorch estimates) takes
 
     def __post_init__(self) -> None:
         self.model_path = Path(self.model_path)
@@ -313,9 +314,12 @@ def examples_with_progress(task: Task, title: str, split: Split) -> Iterator[tup
 
 
 @torch.no_grad()
-def batched_quality(task: Task, model: nn.Module, split: Split = "validation", batch_size: int = 32) -> Quality:
-    """`task.quality` computed in batches: the same figure up to float rounding (inputs keep their exported
-    shape, padding masked), several times faster; what fit's PyTorch estimates use."""
+def batched_quality(task: Task, model: nn.Module, split: Split = "validation",
+                    batch_size: int | None = None) -> Quality:
+    """`task.quality` computed in batches (by default `task.quality_batch_size`): the same figure up to float
+    rounding (inputs keep their exported shape, padding masked), several times faster; what fit's PyTorch estimates
+    use."""
+    batch_size = batch_size or task.quality_batch_size
     tally = task.quality_tally(task, split)
     was_training = model.training
     model.eval()
