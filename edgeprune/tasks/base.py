@@ -98,7 +98,9 @@ class OutputsTally:
         self.task, self.split, self.outputs = task, split, []
 
     def add(self, outputs: torch.Tensor, batch: Batch) -> None:
-        self.outputs.extend(outputs.split(1))
+        examples = int(next(iter(batch.values())).shape[0])
+        # one example's output is kept as the model or runtime returned it, a batch's split into examples
+        self.outputs.extend([outputs] if examples == 1 else outputs.split(1))
 
     def quality(self) -> Quality:
         return self.task.quality_from_outputs(self.outputs, self.split)
