@@ -1,10 +1,10 @@
 """edgeprune's cache folder (`EDGEPRUNE_CACHE`, default ~/.cache/edgeprune): entries that check themselves.
 
-Every file edgeprune keeps there (exports, teachers, wheels for boards) is written whole — to a temporary file
-in its folder, then renamed over its name — with a record beside it, `.NAME.record.json`: its size, its sha256
-and the versions that produced it. A read that does not match its record (what a full disk, a killed copy or a
-hand edit leaves) is one warning naming the entry, the entry is removed and its caller builds it again; the work
-goes on. Two processes filling one entry at once (two fits of one model, a fleet and a fit) each write whole
+Every file edgeprune keeps there (exports, teachers, head scores, wheels for boards) is written whole — to a
+temporary file in its folder, then renamed over its name — with a record beside it, `.NAME.record.json`: its size,
+its sha256 and the versions that produced it. A read that does not match its record (what a full disk, a killed copy
+or a hand edit leaves) is one warning naming the entry, the entry is removed and its caller builds it again; the
+work goes on. Two processes filling one entry at once (two fits of one model, a fleet and a fit) each write whole
 files and rename them under a lock on the entry, so one of them wins whole and neither fails.
 
 `edgeprune cache` lists the entries with their sizes, `--verify` checks every record, `--clear` empties it.
@@ -31,7 +31,7 @@ LOCK_SUFFIX = ".lock"
 TEMPORARY_SUFFIX = ".tmp"  # write_bytes_atomic's temporary files: `.NAME.XXXX.tmp`
 OUTDATED = "written by"  # how a problem of versions, not bytes, begins
 STALE_TEMPORARY_S = 3600  # a temporary file this old belongs to a writer that was killed: --verify removes it
-RECORDED_KINDS = ("exports", "teachers", "wheels")  # the folders whose files carry records
+RECORDED_KINDS = ("exports", "teachers", "scores", "wheels")  # the folders whose files carry records
 
 
 def cache_root() -> Path:
@@ -179,11 +179,11 @@ def _remove(path: Path) -> None:
 
 @dataclass(frozen=True)
 class CacheEntry:
-    """One thing the cache holds: a recorded file (exports, teachers, wheels) or a folder edgeprune builds whole
+    """One thing the cache holds: a recorded file (exports, teachers, scores, wheels) or a folder edgeprune builds whole
     (the emulated board's root), with its size."""
 
     path: Path
-    kind: str  # the top-level folder it is in: exports, teachers, wheels, boards, ...
+    kind: str  # the top-level folder it is in: exports, teachers, scores, wheels, boards, ...
     size_bytes: int
     recorded: bool  # it carries a record that --verify checks
     versions: dict[str, str]
@@ -258,9 +258,9 @@ def verify_cache(root: Path | None = None) -> list[tuple[Path, str]]:
 
 
 def clear_cache(root: Path | None = None) -> int:
-    """Remove the entries edgeprune rebuilds by itself: exports, teachers and wheels (a folder of them linked in
-    from elsewhere keeps its link and loses its files). What else is there stays — the emulated board's root and
-    state (`python -m edgeprune.devices.emulated_board`), anything not edgeprune's. Returns the bytes freed."""
+    """Remove the entries edgeprune rebuilds by itself: exports, teachers, head scores and wheels (a folder of them
+    linked in from elsewhere keeps its link and loses its files). What else is there stays — the emulated board's
+    root and state (`python -m edgeprune.devices.emulated_board`), anything not edgeprune's. Returns the bytes freed."""
     root = cache_root() if root is None else Path(root)
     freed = 0
     for kind in RECORDED_KINDS:

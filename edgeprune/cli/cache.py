@@ -20,12 +20,13 @@ def megabytes(size_bytes: int) -> str:
                                       "needed); 2 bad input"))
 @click.option("--verify", is_flag=True, help="check every entry against its record (size, sha256) and remove "
               "those that do not match")
-@click.option("--clear", is_flag=True, help="remove the exports, teachers and wheels (the emulated board's root "
-              "stays)")
+@click.option("--clear", is_flag=True, help="remove the exports, teachers, head scores and wheels (the emulated "
+              "board's root stays)")
 @click.option("--json", "as_json", is_flag=True, help="print the entries (or what was removed) as JSON")
 @output_options
 def cache_command(verify: bool, clear: bool, as_json: bool) -> int:
-    """The teachers, exports and wheels edgeprune keeps in its cache folder ($EDGEPRUNE_CACHE), with their sizes.
+    """The teachers, head scores, exports and wheels edgeprune keeps in its cache folder ($EDGEPRUNE_CACHE), with
+    their sizes.
 
     Entries are written whole with a record of their size and sha256; one that no longer matches is rebuilt
     when next needed, with one warning."""

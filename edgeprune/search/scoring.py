@@ -36,6 +36,7 @@ from edgeprune.pruning.compensation import HeadOutputMeans
 from edgeprune.search.choice import quality_tolerance
 from edgeprune.search.journal import Journal
 from edgeprune.search.options import FitOptions
+from edgeprune.search.scores_cache import ScoringSettings, cached_head_scores
 from edgeprune.search.shared import SharedWork, dense_head_means
 from edgeprune.search.space import Shape
 from edgeprune.serialization import from_jsonable, to_jsonable
@@ -195,21 +196,24 @@ def journaled_head_scores(task: Task, model: nn.Module, options: FitOptions, pro
         shared.count("head scores")
         journal.record_scores(shared.raw_scores.to_dict())
         return shared.raw_scores
-    batches = list(task.batches("calibration", options.scoring_batch_size, limit=options.scoring_examples))
-    if options.criterion == AUTO:
-        candidates = [dataclasses.replace(c, normalize=options.normalize or c.normalize) for c in CANDIDATES]
-        scores, probe = choose_scoring(model, task, batches, means, candidates=candidates,
-                                       min_heads_per_layer=options.min_heads_per_layer, head_step=options.head_step,
-                                       tolerance=quality_tolerance(options, reference) if reference else 0.0,
-                                       progress=progress)
-        decision = scoring_decision(scores)
+    tolerance = quality_tolerance(options, reference) if reference else 0.0
+
+    def score() -> tuple[HeadScores, Quality | None]:
+        batches = list(task.batches("calibration", options.scoring_batch_size, limit=options.scoring_examples))
+        if options.criterion == AUTO:
+            return choose_scoring(model, task, batches, means, candidates=auto_candidates(options),
+                                  min_heads_per_layer=options.min_heads_per_layer, head_step=options.head_step,
+                                  tolerance=tolerance, progress=progress)
+        examples = sum(len(next(iter(batch.values()))) for batch in batches)
+        with progress.task(f"scoring heads ({options.criterion})", examples) as bar:
+            return score_heads(model, bar.track(batches), options.criterion, loss_fn=task.loss), None
+
+    scores, probe = cached_head_scores(task, scoring_settings(options, means is not None, tolerance), score, progress)
+    decision = scoring_decision(scores)
+    if probe is not None and decision is not None:
         key = Shape(decision.heads_removed).structure.key
         journal.record_proxy(key, to_jsonable(probe))
         shared.proxies[key] = journal.proxies[key]
-    else:
-        examples = sum(len(next(iter(batch.values()))) for batch in batches)
-        with progress.task(f"scoring heads ({options.criterion})", examples) as bar:
-            scores = score_heads(model, bar.track(batches), options.criterion, loss_fn=task.loss)
     journal.record_scores(scores.to_dict())
     shared.raw_scores = scores
     return scores
@@ -222,9 +226,28 @@ def measured_head_scores(task: Task, teacher: nn.Module, reference: Quality | No
     dense model) with the task's first `examples` calibration documents; the winner's raw scores, the decision in
     `extra["scoring"]`."""
     options = FitOptions(scoring_examples=examples, scoring_batch_size=batch_size, compensate=compensate)
-    batches = list(task.batches("calibration", batch_size, limit=examples))
-    means = dense_head_means(teacher, task, options, SharedWork()) if compensate else None
-    scores, _ = choose_scoring(teacher, task, batches, means,
-                               tolerance=quality_tolerance(options, reference) if reference else 0.0,
-                               progress=progress)
+    progress = progress or task.progress
+    tolerance = quality_tolerance(options, reference) if reference else 0.0
+
+    def score() -> tuple[HeadScores, Quality]:
+        batches = list(task.batches("calibration", batch_size, limit=examples))
+        means = dense_head_means(teacher, task, options, SharedWork()) if compensate else None
+        return choose_scoring(teacher, task, batches, means, candidates=auto_candidates(options),
+                              tolerance=tolerance, progress=progress)
+
+    scores, _ = cached_head_scores(task, scoring_settings(options, compensate, tolerance), score, progress)
     return scores
+
+
+def auto_candidates(options: FitOptions) -> list[ScoringChoice]:
+    """The scorings `auto` compares, each with the fit's normalization when it names one."""
+    return [dataclasses.replace(c, normalize=options.normalize or c.normalize) for c in CANDIDATES]
+
+
+def scoring_settings(options: FitOptions, compensate: bool, tolerance: float) -> ScoringSettings:
+    """How `options` score heads, as the scores cache names them: `fit` and `edgeprune score` with the same
+    settings share one entry."""
+    auto = options.criterion == AUTO
+    return ScoringSettings(options.criterion, tuple(auto_candidates(options)) if auto else (),
+                           options.scoring_examples, options.scoring_batch_size, compensate and auto,
+                           options.min_heads_per_layer, options.head_step, round(tolerance, 12) if auto else 0.0)
