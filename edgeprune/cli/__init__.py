@@ -48,8 +48,8 @@ VERBS = {
     "generate": LazyVerb("edgeprune.cli.generation:generate_command",
                          "Continue a prompt with a KV-cached generator (a causal-lm fit's model.pte or "
                          "model.tflite), or benchmark it."),
-    "cache": LazyVerb("edgeprune.cli.cache:cache_command", "The teachers, exports and wheels edgeprune keeps in its "
-                      "cache folder ($EDGEPRUNE_CACHE), with their sizes."),
+    "cache": LazyVerb("edgeprune.cli.cache:cache_command", "The teachers, head scores, exports and wheels edgeprune "
+                      "keeps in its cache folder ($EDGEPRUNE_CACHE), with their sizes."),
     "devices": LazyVerb("edgeprune.cli.devices:devices_group",
                         "Device profiles; whether a device answers; a board's environment."),
 }
