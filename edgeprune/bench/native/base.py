@@ -9,7 +9,8 @@ from edgeprune.registry import Registry
 
 RSS_MARKER = "__edgeprune_vmhwm_kb="
 # Runs "$@" in the background and polls its VmHWM (peak resident set) until it exits, since a native
-# tool does not report its own process peak; works with toybox sh on Android and dash/bash on Linux.
+# tool does not report its own process peak; works with toybox sh on Android and dash/bash on Linux. A tool that
+# could not be started (exit 126 or 127) reports no peak: what a poll saw then was the forked shell's own.
 PEAK_RSS_SCRIPT = f"""
 "$@" > native.log 2>&1 &
 pid=$!
@@ -22,6 +23,7 @@ while kill -0 "$pid" 2>/dev/null; do
 done
 wait "$pid"
 status=$?
+case $status in 126|127) hwm=0 ;; esac
 cat native.log
 echo "{RSS_MARKER}$hwm"
 exit $status
