@@ -28,6 +28,22 @@ def test_export_litert_int8_then_bench_it(tiny_bert_dir, tmp_path, capsys):
     assert 0 < result["p50_ms"] <= result["p90_ms"] and result["file_bytes"] == out.stat().st_size
 
 
+def test_an_export_repeated_comes_from_the_export_cache_verified_and_byte_identical(tiny_bert_dir, tmp_path, capsys,
+                                                                                    monkeypatch):
+    monkeypatch.setenv("EDGEPRUNE_CACHE", str(tmp_path / "cache"))  # not the session's shared export cache
+    summaries = []
+    for name in ("first.tflite", "second.tflite"):
+        assert main(["export", "--model", str(tiny_bert_dir), "--recipe", "litert-int8", "--out",
+                     str(tmp_path / name), *TINY]) == 0
+        summaries.append(json.loads(capsys.readouterr().out))
+    assert [s["from_export_cache"] for s in summaries] == [False, True]
+    assert (tmp_path / "first.tflite").read_bytes() == (tmp_path / "second.tflite").read_bytes()
+    assert [p.suffix for p in (tmp_path / "cache" / "exports").iterdir() if p.suffix == ".tflite"] == [".tflite"]
+    # the cached file is verified against PyTorch and evaluated as the first was
+    assert summaries[1]["min_cosine_to_pytorch"] == summaries[0]["min_cosine_to_pytorch"] >= 0.99
+    assert summaries[1]["validation_accuracy"] == summaries[0]["validation_accuracy"]
+
+
 @pytest.mark.parametrize(("flags", "recipe"), [(["--recipe", "litert-int8"], "litert-int8"), ([], "litert-fp32")])
 def test_export_takes_the_runtime_from_the_recipe_or_the_files_suffix(tiny_bert_dir, tmp_path, capsys, flags, recipe):
     out = tmp_path / "model.tflite"

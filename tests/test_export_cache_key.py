@@ -51,3 +51,20 @@ def test_the_group_size_decides_which_linears_stay_at_8_bits_and_their_bytes():
     # 256 + 8*2*2, at 128 it is int8: 512 + 8*4; the biases are fp32 either way
     assert payload_bytes(module, group_32) == 4096 + 512 + 256 + 32 + 72 * 4
     assert payload_bytes(module, group_128) == 4096 + 128 + 512 + 32 + 72 * 4
+
+
+def test_a_generator_whose_config_names_other_token_ids_is_another_program():
+    """The program's metadata methods carry the end-of-text and start ids (ExecuTorch's LLM runner stops on them);
+    they live in the config, not the weights, so the key names them: otherwise a cached program would stop on the
+    old end of text."""
+    from tests.test_generation import PREFILL, tiny_decoder
+
+    model = tiny_decoder()
+    example = (torch.arange(PREFILL)[None] % 90 + 3, torch.arange(PREFILL))
+    key = content_key(model, "fp32", example)
+    assert content_key(tiny_decoder(), "fp32", example) == key  # the same weights and config
+    model.model.config.eos_token_id = 7
+    assert content_key(model, "fp32", example) != key
+    other_start = tiny_decoder()
+    other_start.model.config.bos_token_id = 5
+    assert content_key(other_start, "fp32", example) != key

@@ -131,7 +131,7 @@ def _calibration(task: "Task", recipe: "Recipe") -> list | None:
 
 
 def run_export(args: SimpleNamespace) -> int:
-    from edgeprune.export import export, load_artifact
+    from edgeprune.export import content_key, export, load_artifact
     from edgeprune.quantize import FP32_RECIPE, recipe_for_runtime
     from edgeprune.serialization import write_json_atomic
 
@@ -147,8 +147,12 @@ def run_export(args: SimpleNamespace) -> int:
     task = task_from(args)
     model = task.dense_model()
     task.progress.note(f"exporting with {recipe.name} ({recipe.description})")
-    artifact = export(model, task.example_inputs("validation", 1)[0], args.out, recipe,
-                      calibration=_calibration(task, recipe), verify_on=task.example_inputs("validation", 8))
+    example, calibration = task.example_inputs("validation", 1)[0], _calibration(task, recipe)
+    # the export cache fit uses (keyed by the weights, the recipe and the input signature): an export repeated, or
+    # the dense baseline of a fit that follows, is not lowered again; the artifact is verified either way
+    artifact = export(model, example, args.out, recipe, task.cache_dir / "exports",
+                      content_key(model, recipe, example, calibration), calibration,
+                      verify_on=task.example_inputs("validation", 8))
     check = artifact.verification
     from edgeprune.serialization import to_jsonable
     from edgeprune.tasks.base import input_signature
@@ -156,6 +160,7 @@ def run_export(args: SimpleNamespace) -> int:
     quality = task.runtime_quality(load_artifact(args.out), "validation")
     summary = {"artifact": str(args.out), "runtime": args.runtime, "recipe": recipe.name,
                "file_bytes": artifact.size_bytes, "export_seconds": round(artifact.export_seconds, 1),
+               "from_export_cache": artifact.cached,
                "min_cosine_to_pytorch": check.min_cosine, "max_abs_error": check.max_abs_error,
                f"validation_{quality.metric}": quality.value, "task": task.kind,
                "inputs": to_jsonable(input_signature(task))}

@@ -107,8 +107,12 @@ class CausalLMLogits(nn.Module):
             self.kv_cache = make_cache(layout, attention)
 
     def program_options(self) -> dict[str, Any]:
-        """What shapes the exported program beside the weights (part of the export cache's key)."""
-        return {"context": self.context, "attention": self.attention}
+        """What shapes the exported program beside the weights (part of the export cache's key): the cache length,
+        the attention path and the token ids its metadata names (a model whose config names another end of text
+        is another program)."""
+        config = self.model.config
+        return {"context": self.context, "attention": self.attention, "bos": config.bos_token_id,
+                "eos": config.eos_token_id}
 
     def program_spec(self, example_inputs: tuple[torch.Tensor, ...]) -> "Any":
         """The generator's dynamic prefill length (1 to the example's length) and the metadata ExecuTorch's LLM
