@@ -113,12 +113,22 @@ def session_exports(tmp_path_factory) -> Path:
     return shared_between_workers(tmp_path_factory, "exports")
 
 
+def export_in_session(model, example, path: Path, recipe: str, exports: Path, **options):  # noqa: ANN001, ANN201
+    """`edgeprune.export.export` through the session's export cache (`session_exports`), keyed as fit keys it: a
+    program that several test files build (the same tiny model, recipe and input shapes) is lowered once."""
+    from edgeprune.export import content_key, export
+
+    key = content_key(model, recipe, example, options.get("calibration"))
+    return export(model, example, path, recipe, exports, key, **options)
+
+
 @pytest.fixture(autouse=True)
 def isolated_cache(tmp_path_factory, monkeypatch, session_exports):
     """A fresh cache folder per test (teachers, scores), but one export cache for the session: an export is keyed
     by the weights, the recipe and the example's shapes, so a test finding another test's identical export gets the
     same bytes, only sooner (a dense baseline of the shared small BERT is otherwise lowered again in every fit).
-    A test about the export cache itself points EDGEPRUNE_CACHE at a folder of its own."""
+    A test about the export cache itself points EDGEPRUNE_CACHE at a folder of its own. (Teachers stay per test:
+    several tests check what a teacher build leaves in the cache, or that a step builds none.)"""
     cache = tmp_path_factory.mktemp("cache")  # beside the test's tmp_path, which stays as the test left it
     (cache / "exports").symlink_to(session_exports, target_is_directory=True)
     monkeypatch.setenv("EDGEPRUNE_CACHE", str(cache))

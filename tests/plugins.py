@@ -13,9 +13,14 @@ from tests.conftest import small_vocab_tokenizer_files, tiny_bert
 EDGEPRUNE = [sys.executable, "-c", "from edgeprune.cli import main; raise SystemExit(main())"]
 
 
-def install_plugin(root: Path, module: str, source: str, group: str, name: str) -> dict[str, str]:
+def install_plugin(root: Path, module: str, source: str, group: str, name: str,
+                   exports: Path | None = None) -> dict[str, str]:
     """Install `source` as module `module` of a distribution whose entry point `name` in `group` names it; the
-    environment of an interpreter that sees it (one thread, a cache of its own under `root`)."""
+    environment of an interpreter that sees it (one thread, a cache of its own under `root`, whose exports are
+    `exports` when given: the session's, tests/conftest.py)."""
+    if exports is not None:
+        (root / "cache").mkdir(parents=True, exist_ok=True)
+        (root / "cache" / "exports").symlink_to(exports, target_is_directory=True)
     site = root / "site"
     metadata = site / f"{module}-1.0.dist-info"
     metadata.mkdir(parents=True)

@@ -91,7 +91,7 @@ def test_a_fit_whose_output_disk_fills_stops_in_one_line_and_resumes_once_space_
     vocab = small_vocab_tokenizer_files(model, words=500)
     tiny_bert(seed=1, vocab_size=vocab, hidden_size=64, num_hidden_layers=2, num_attention_heads=4,
               intermediate_size=64, max_position_embeddings=64).save_pretrained(model)
-    monkeypatch.setenv("EDGEPRUNE_CACHE", str(tmp_path / "cache"))  # the cache has room; the output disk has not
+    # the cache (the test's own, tests/conftest.py: isolated_cache) has room; the output disk has not
     out = small_disk / "fit"
     flags = ["fit", "--task", "minilm-bbc", "--model", str(model), "--max-length", "32", "--max-mb", "0.13",
              "--recipe", "int8", "--ffn-fractions", "0", "--layer-removals", "0", "--no-trim-vocab",

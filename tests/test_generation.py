@@ -22,6 +22,7 @@ from edgeprune.generation.runner import (
 )
 from edgeprune.models import adapter_for
 from edgeprune.models.classifier import CausalLMLogits
+from tests.conftest import export_in_session
 
 CONTEXT, PREFILL = 48, 16
 
@@ -43,11 +44,11 @@ def tiny_decoder(seed: int = 0) -> torch.nn.Module:
 
 
 @pytest.fixture(scope="module")
-def shipped(tmp_path_factory):
+def shipped(tmp_path_factory, session_exports):
     model = tiny_decoder()
     example = (torch.arange(PREFILL)[None] % 90 + 3, torch.arange(PREFILL))
     path = tmp_path_factory.mktemp("generator") / "model.pte"
-    artifact = export(model, example, path, "fp32", verify_on=[example])
+    artifact = export_in_session(model, example, path, "fp32", session_exports, verify_on=[example])
     return model, artifact
 
 

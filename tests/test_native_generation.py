@@ -12,9 +12,9 @@ import torch
 
 from edgeprune.cli import main
 from edgeprune.devices.native_tools import build_here
-from edgeprune.export import export
 from edgeprune.generation.native import parse_generation
 from edgeprune.generation.runner import Generator
+from tests.conftest import export_in_session
 from tests.test_generation import CONTEXT, PREFILL, tiny_decoder
 
 PROMPT = [5, 17, 33, 8, 61, 12, 40, 9, 70, 21, 3, 55, 14, 90, 6, 28, 44, 19, 7]  # longer than one prefill chunk
@@ -25,16 +25,18 @@ def runner(tmp_path_factory):
     return build_here(tmp_path_factory.mktemp("runner") / "executor_runner").path
 
 
-def export_generator(folder, eos: int = 2):
+def export_generator(folder, exports, eos: int = 2):
+    """The tiny decoder's program, through the session's export cache: its key names the end-of-text id, so the
+    program of another id is another entry (tests/test_export_cache_key.py)."""
     model = tiny_decoder()
     model.model.config.eos_token_id = eos
     example = (torch.arange(PREFILL)[None] % 90 + 3, torch.arange(PREFILL))
-    return export(model, example, folder / "model.pte", "fp32", verify_on=[example]).path
+    return export_in_session(model, example, folder / "model.pte", "fp32", exports, verify_on=[example]).path
 
 
 @pytest.fixture(scope="module")
-def generator(tmp_path_factory):
-    return export_generator(tmp_path_factory.mktemp("generator"))
+def generator(tmp_path_factory, session_exports):
+    return export_generator(tmp_path_factory.mktemp("generator"), session_exports)
 
 
 def run_runner(runner, pte, prompt, tmp_path, *flags):
@@ -58,9 +60,9 @@ def test_the_runner_generates_the_python_runtimes_greedy_tokens(runner, generato
     assert len(parse_generation(done.stderr + done.stdout).tokens) == CONTEXT - len(PROMPT)
 
 
-def test_the_runner_stops_at_the_programs_eos(runner, generator, tmp_path):
+def test_the_runner_stops_at_the_programs_eos(runner, generator, tmp_path, session_exports):
     first = Generator(generator).generate(PROMPT, 8, stop_at_eos=False)
-    pte = export_generator(tmp_path, eos=first[3])  # the same weights; the 4th new token is now EOS
+    pte = export_generator(tmp_path, session_exports, eos=first[3])  # the same weights; the 4th new token is now EOS
     expected = first[:first.index(first[3]) + 1]
     done = run_runner(runner, pte, PROMPT, tmp_path, "--generate=8")
     assert done.returncode == 0, done.stderr

@@ -107,7 +107,7 @@ def test_a_head_that_goes_away_mid_fit_is_one_line_exit_5_and_the_fit_resumes_wi
     flags = [sys.executable, "-m", "edgeprune", "fit", "--task", "minilm-bbc", "--model", str(model), "--max-length",
              "32", "--max-mb", "0.13", "--recipe", "int8", "--ffn-fractions", "0,0.5", "--layer-removals", "0",
              "--no-trim-vocab", "--scoring-examples", "16", "--recover-steps", "0"]
-    env = {**os.environ, "EDGEPRUNE_CACHE": str(tmp_path / "cache"), "OMP_NUM_THREADS": "1"}
+    env = {**os.environ, "OMP_NUM_THREADS": "1"}  # the test's own cache (tests/conftest.py: isolated_cache)
     cluster = Cluster(initialize_head=True, head_node_args={"num_cpus": 1, "include_dashboard": False})
     journal = work_dir_for(out) / JOURNAL_NAME
     log = tmp_path / "fit.log"  # a file, not a pipe: nothing reads a pipe while the test waits, and a full one blocks

@@ -84,11 +84,11 @@ class FolderTransport(Transport):
 '''
 
 @pytest.fixture(scope="module")
-def installed(tmp_path_factory):
+def installed(tmp_path_factory, session_exports):
     """The plugin installed as a distribution on a path of its own (its module and its dist-info entry points),
     a tiny model, and a profile of a board reached through the plugin."""
     root = tmp_path_factory.mktemp("transport-plugin")
-    env = install_plugin(root, "folder_transport", PLUGIN, "edgeprune.transports", "folder")
+    env = install_plugin(root, "folder_transport", PLUGIN, "edgeprune.transports", "folder", session_exports)
     board = root / "board"
     board.mkdir()
     profile = root / "folder-board.toml"
