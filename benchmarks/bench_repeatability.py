@@ -24,7 +24,7 @@ from edgeprune import bundled_task  # noqa: E402
 from edgeprune.bench import benchmark_on  # noqa: E402
 from edgeprune.devices.transports import open_transport  # noqa: E402
 from edgeprune.devices.transports.local import LocalEndpoint  # noqa: E402
-from edgeprune.export import content_key, export  # noqa: E402
+from edgeprune.export import export  # noqa: E402
 from edgeprune.progress import Progress  # noqa: E402
 from tests.sshd import start_sshd  # noqa: E402
 
@@ -48,8 +48,7 @@ def main() -> int:
     paths = {}
     for suffix, recipe in RECIPES.items():
         paths[suffix] = export(teacher, example, work / f"minilm-{recipe}{suffix}", recipe,
-                               cache_dir=task.cache_dir / "exports",
-                               cache_key=content_key(teacher, recipe, example)).path
+                               cache_dir=task.cache_dir / "exports").path
     server = start_sshd(work / "sshd")
     endpoints = {"ssh": server.endpoint(), "local": LocalEndpoint()}
     rows = []

@@ -113,15 +113,6 @@ def session_exports(tmp_path_factory) -> Path:
     return shared_between_workers(tmp_path_factory, "exports")
 
 
-def export_in_session(model, example, path: Path, recipe: str, exports: Path, **options):  # noqa: ANN001, ANN201
-    """`edgeprune.export.export` through the session's export cache (`session_exports`), keyed as fit keys it: a
-    program that several test files build (the same tiny model, recipe and input shapes) is lowered once."""
-    from edgeprune.export import content_key, export
-
-    key = content_key(model, recipe, example, options.get("calibration"))
-    return export(model, example, path, recipe, exports, key, **options)
-
-
 @pytest.fixture(autouse=True)
 def isolated_cache(tmp_path_factory, monkeypatch, session_exports):
     """A fresh cache folder per test (teachers, scores), but one export cache for the session: an export is keyed

@@ -167,13 +167,14 @@ def tiny_tflite(tmp_path_factory, session_exports):
     """A tiny encoder exported for LiteRT, with inputs shaped like the CLI's at --max-length 16."""
     import torch
 
+    from edgeprune.export import export
     from edgeprune.models.classifier import EncoderClassifier
-    from tests.conftest import export_in_session, tiny_bert
+    from tests.conftest import tiny_bert
 
     model = EncoderClassifier(tiny_bert(), torch.nn.Linear(32, 5)).eval()
     inputs = (torch.randint(1000, 30522, (1, 16)), torch.ones(1, 16, dtype=torch.long))
-    return export_in_session(model, inputs, tmp_path_factory.mktemp("litert") / "tiny.tflite", "litert-fp32",
-                             session_exports).path, inputs
+    return export(model, inputs, tmp_path_factory.mktemp("litert") / "tiny.tflite", "litert-fp32",
+                  session_exports).path, inputs
 
 
 @pytest.mark.integration

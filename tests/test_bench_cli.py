@@ -7,8 +7,9 @@ import pytest
 import torch
 
 from edgeprune.cli import main
+from edgeprune.export import export
 from edgeprune.models.classifier import EncoderClassifier
-from tests.conftest import export_in_session, tiny_bert
+from tests.conftest import tiny_bert
 
 TINY = ["--max-length", "32", "--quiet", "--threads", "1", "--runs", "5", "--warmup", "1"]
 
@@ -19,7 +20,7 @@ def tflite(tmp_path_factory, session_exports):
     torch.manual_seed(0)
     model = EncoderClassifier(tiny_bert(), torch.nn.Linear(32, 5)).eval()
     inputs = (torch.randint(1000, 30522, (1, 32)), torch.ones(1, 32, dtype=torch.long))
-    return export_in_session(model, inputs, folder / "tiny.tflite", "litert-fp32", session_exports).path
+    return export(model, inputs, folder / "tiny.tflite", "litert-fp32", session_exports).path
 
 
 def test_json_on_stdout_and_both_reports_saved(tflite, tiny_bert_dir, tmp_path, capsys):

@@ -22,7 +22,6 @@ from edgeprune.generation.runner import (
 )
 from edgeprune.models import adapter_for
 from edgeprune.models.classifier import CausalLMLogits
-from tests.conftest import export_in_session
 
 CONTEXT, PREFILL = 48, 16
 
@@ -48,7 +47,7 @@ def shipped(tmp_path_factory, session_exports):
     model = tiny_decoder()
     example = (torch.arange(PREFILL)[None] % 90 + 3, torch.arange(PREFILL))
     path = tmp_path_factory.mktemp("generator") / "model.pte"
-    artifact = export_in_session(model, example, path, "fp32", session_exports, verify_on=[example])
+    artifact = export(model, example, path, "fp32", session_exports, verify_on=[example])
     return model, artifact
 
 

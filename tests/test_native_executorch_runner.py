@@ -11,8 +11,9 @@ import torch
 
 from edgeprune.cli import main
 from edgeprune.devices.native_tools import REQUIRED_BACKEND, build_here, parse_backends
+from edgeprune.export import export
 from edgeprune.models.classifier import EncoderClassifier
-from tests.conftest import export_in_session, tiny_bert
+from tests.conftest import tiny_bert
 
 
 @pytest.fixture(scope="module")
@@ -26,8 +27,7 @@ def tiny_pte(tmp_path_factory, session_exports):
     model = EncoderClassifier(tiny_bert(), torch.nn.Linear(32, 5)).eval()
     inputs = (torch.randint(1000, 30522, (1, 32)), torch.ones(1, 32, dtype=torch.long))
     inputs[1][0, 24:] = 0  # padding, so the mask matters
-    return export_in_session(model, inputs, tmp_path_factory.mktemp("pte") / "tiny.pte", "fp32",
-                             session_exports).path, inputs
+    return export(model, inputs, tmp_path_factory.mktemp("pte") / "tiny.pte", "fp32", session_exports).path, inputs
 
 
 def test_the_runner_loads_the_xnnpack_backend_and_the_kernels(runner):

@@ -12,9 +12,9 @@ import torch
 
 from edgeprune.cli import main
 from edgeprune.devices.native_tools import build_here
+from edgeprune.export import export
 from edgeprune.generation.native import parse_generation
 from edgeprune.generation.runner import Generator
-from tests.conftest import export_in_session
 from tests.test_generation import CONTEXT, PREFILL, tiny_decoder
 
 PROMPT = [5, 17, 33, 8, 61, 12, 40, 9, 70, 21, 3, 55, 14, 90, 6, 28, 44, 19, 7]  # longer than one prefill chunk
@@ -31,7 +31,7 @@ def export_generator(folder, exports, eos: int = 2):
     model = tiny_decoder()
     model.model.config.eos_token_id = eos
     example = (torch.arange(PREFILL)[None] % 90 + 3, torch.arange(PREFILL))
-    return export_in_session(model, example, folder / "model.pte", "fp32", exports, verify_on=[example]).path
+    return export(model, example, folder / "model.pte", "fp32", exports, verify_on=[example]).path
 
 
 @pytest.fixture(scope="module")

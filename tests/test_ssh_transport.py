@@ -24,9 +24,10 @@ from edgeprune.devices.transports import open_transport
 from edgeprune.devices.transports.base import DeviceTimeoutError
 from edgeprune.devices.transports.ssh import SshTransport, parse_target
 from edgeprune.errors import DeviceUnreachableError, EdgepruneError, UserInputError
+from edgeprune.export import export
 from edgeprune.models.classifier import EncoderClassifier
 from tests._device_fixtures import running_with, sleeper, unique_marker, wait_for
-from tests.conftest import export_in_session, tiny_bert
+from tests.conftest import tiny_bert
 from tests.sshd import free_port, keygen, start_sshd
 
 AWKWARD = "it's a \"model\" $(touch pwned) `x` file.bin"
@@ -50,7 +51,7 @@ def artifacts(tmp_path_factory, session_exports):
     torch.manual_seed(0)
     model = EncoderClassifier(tiny_bert(), torch.nn.Linear(32, 5)).eval()
     inputs = (torch.randint(1000, 30522, (1, 32)), torch.ones(1, 32, dtype=torch.long))
-    paths = {suffix: export_in_session(model, inputs, folder / f"tiny{suffix}", recipe, session_exports).path
+    paths = {suffix: export(model, inputs, folder / f"tiny{suffix}", recipe, session_exports).path
              for recipe, suffix in (("fp32", ".pte"), ("litert-fp32", ".tflite"))}
     return paths, inputs
 

@@ -131,7 +131,7 @@ def _calibration(task: "Task", recipe: "Recipe") -> list | None:
 
 
 def run_export(args: SimpleNamespace) -> int:
-    from edgeprune.export import content_key, export, load_artifact
+    from edgeprune.export import export, load_artifact
     from edgeprune.quantize import FP32_RECIPE, recipe_for_runtime
     from edgeprune.serialization import write_json_atomic
 
@@ -147,12 +147,10 @@ def run_export(args: SimpleNamespace) -> int:
     task = task_from(args)
     model = task.dense_model()
     task.progress.note(f"exporting with {recipe.name} ({recipe.description})")
-    example, calibration = task.example_inputs("validation", 1)[0], _calibration(task, recipe)
     # the export cache fit uses (keyed by the weights, the recipe and the input signature): an export repeated, or
     # the dense baseline of a fit that follows, is not lowered again; the artifact is verified either way
-    artifact = export(model, example, args.out, recipe, task.cache_dir / "exports",
-                      content_key(model, recipe, example, calibration), calibration,
-                      verify_on=task.example_inputs("validation", 8))
+    artifact = export(model, task.example_inputs("validation", 1)[0], args.out, recipe, task.cache_dir / "exports",
+                      calibration=_calibration(task, recipe), verify_on=task.example_inputs("validation", 8))
     check = artifact.verification
     from edgeprune.serialization import to_jsonable
     from edgeprune.tasks.base import input_signature

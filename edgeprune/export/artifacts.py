@@ -100,8 +100,9 @@ def export(
 ) -> ExportedArtifact:
     """Quantize `module` by `recipe`, lower it for the recipe's runtime and write it to `path`: the export stage.
 
-    With `cache_dir` and `cache_key` (see `content_key`), an identical earlier export is reused (one that does not
-    match its cache record is one warning, and exported again: `edgeprune.cache`).
+    With `cache_dir`, an identical earlier export is reused (one that does not match its cache record is one
+    warning, and exported again: `edgeprune.cache`); `cache_key` defaults to `content_key` of the module, recipe,
+    example and calibration.
     `calibration`: real inputs for recipes that calibrate (`Recipe.needs_calibration`); pass the same inputs to
     `content_key` for `cache_key`, so that other calibration data is another artifact.
     With `verify_on` (real inputs, as the artifact takes them) the artifact is run on each and compared with the
@@ -115,6 +116,8 @@ def export(
         # PT2E calibrates one traced forward; a generator's forward writes a cache it holds or takes as state
         raise UserInputError(f"{recipe.name} calibrates a single forward and cannot quantize a KV-cached generator; "
                              "take a recipe quantized without calibration")
+    if cache_dir is not None and cache_key is None:
+        cache_key = content_key(module, recipe, example_inputs, calibration)
     cached_file = cache_file(recipe, cache_dir, cache_key)
     # a cache hit needs no quantized module, unless it is verified; calibrating costs a pass over every input
     if cached_file is not None and verify_on is None:

@@ -12,7 +12,7 @@ from pathlib import Path
 import torch
 from torch import nn
 
-from edgeprune.export import RUNTIMES, content_key, export, load_artifact
+from edgeprune.export import RUNTIMES, export, load_artifact
 from edgeprune.progress import Progress, elapsed_text
 from edgeprune.quantize import CALIBRATION_EXAMPLES, Recipe
 from edgeprune.quantize.size_model import ParameterLayout, payload_bytes
@@ -56,11 +56,10 @@ class ArtifactBuilder:
         predicted = payload_bytes(model, recipe) + facts.overhead(recipe, shape)
         example = self.remap(facts.example, trimmed)
         calibration = self.calibration(recipe, trimmed)
-        key = content_key(model, recipe, example, calibration)
         self.progress.note(f"{label}: {recipe.name}, {shape.describe()}: quantize, export, verify "
                            f"({elapsed_text(self.started)} into the search)")
-        exported = export(model, example, self.work / file_name, recipe, self.task.cache_dir / "exports", key,
-                          calibration, name=f"{label} ({recipe.name})",
+        exported = export(model, example, self.work / file_name, recipe, self.task.cache_dir / "exports",
+                          calibration=calibration, name=f"{label} ({recipe.name})",
                           verify_on=[self.remap(i, trimmed) for i in self.verify_inputs])
         if observe:
             facts.learn_size(recipe, shape, exported.size_bytes, model)
@@ -84,10 +83,9 @@ class ArtifactBuilder:
         """The size of `model`'s file in `recipe` (full vocabulary), exported unverified (or taken from the
         content-keyed cache) into the work folder and removed: what the size model is calibrated on."""
         calibration = self.calibration(recipe, False)
-        key = content_key(model, recipe, self.facts.example, calibration)
         path = self.work / f"{name}{RUNTIMES.get(recipe.runtime).suffix}"
-        exported = export(model, self.facts.example, path, recipe, self.task.cache_dir / "exports", key, calibration,
-                          name=name)
+        exported = export(model, self.facts.example, path, recipe, self.task.cache_dir / "exports",
+                          calibration=calibration, name=name)
         path.unlink(missing_ok=True)
         self.progress.note(f"    {name}: {exported.size_bytes:,} bytes "
                            f"({'cached' if exported.cached else f'exported in {exported.export_seconds:.0f} s'})")
