@@ -9,6 +9,7 @@ from torch import nn
 from edgeprune.errors import VerificationError
 from edgeprune.export.base import DeviceRuntime, RunArtifact
 from edgeprune.export.program_facts import ProgramFacts, RuntimeInfo, TensorSpec, package_version
+from edgeprune.export.quant_op_shapes import quant_op_shapes_cached
 from edgeprune.generation.fast_attention import load_custom_ops
 from edgeprune.generation.program import ProgramSpec
 from edgeprune.progress import library_output_hidden
@@ -97,9 +98,10 @@ class ExecutorchRuntime(DeviceRuntime):
             # the Edge dialect verifier re-checks every node after each pass: 7 % of a small BERT's fp32 lowering and
             # 12 % of its int8 one (docs/FINDINGS.md, 2026-12-07); an operator the runtime lacks still fails the
             # export, when the program is loaded to be verified
-            lowered = to_edge_transform_and_lower(program, partitioner=[XnnpackPartitioner()],
-                                                  compile_config=EdgeCompileConfig(_check_ir_validity=False))
-            return lowered.to_executorch().buffer
+            with quant_op_shapes_cached():
+                lowered = to_edge_transform_and_lower(program, partitioner=[XnnpackPartitioner()],
+                                                      compile_config=EdgeCompileConfig(_check_ir_validity=False))
+                return lowered.to_executorch().buffer
         return lower_stateful(module, example_inputs, spec)
 
     def load(self, path: Path, threads: int | None = None) -> RunArtifact:
@@ -143,13 +145,14 @@ def lower_stateful(module: nn.Module, example_inputs: tuple[torch.Tensor, ...], 
         module.requires_grad_(False)
         program = torch.export.export(module, example_inputs, dynamic_shapes=spec.dynamic_shapes, strict=False)
         forget_provenance(program.graph_module)
-        lowered = to_edge_transform_and_lower(program, partitioner=[XnnpackPartitioner()],
-                                              compile_config=EdgeCompileConfig(_check_ir_validity=False),
-                                              constant_methods=dict(spec.metadata))
-        forget_provenance(lowered.exported_program().graph_module)
-        config = ExecutorchBackendConfig(memory_planning_pass=MemoryPlanningPass(alloc_graph_input=False),
-                                         sym_shape_eval_pass=ConstraintBasedSymShapeEvalPass())
-        return lowered.to_executorch(config).buffer
+        with quant_op_shapes_cached():
+            lowered = to_edge_transform_and_lower(program, partitioner=[XnnpackPartitioner()],
+                                                  compile_config=EdgeCompileConfig(_check_ir_validity=False),
+                                                  constant_methods=dict(spec.metadata))
+            forget_provenance(lowered.exported_program().graph_module)
+            config = ExecutorchBackendConfig(memory_planning_pass=MemoryPlanningPass(alloc_graph_input=False),
+                                             sym_shape_eval_pass=ConstraintBasedSymShapeEvalPass())
+            return lowered.to_executorch(config).buffer
 
 
 def forget_provenance(graph_module: torch.fx.GraphModule) -> None:
