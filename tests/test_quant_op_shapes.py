@@ -69,7 +69,7 @@ def test_real_tensors_and_traced_calls_run_the_bodies():
 def test_the_kernels_are_installed_by_the_first_user_and_removed_by_the_last():
     ops = quant_ops()
     before = [dict(op.py_kernels) for op in ops]
-    entered, release = threading.Barrier(2), threading.Event()
+    entered, release = threading.Barrier(2, timeout=30), threading.Event()
 
     def user():
         with quant_op_shapes_cached():
