@@ -142,14 +142,10 @@ def signature(value: Any) -> Any:
     """A hashable description of an argument's metadata: a tensor's sizes and strides (symbols as their
     expressions), dtype, device and `requires_grad`; sequences element by element; scalars as they are."""
     if isinstance(value, torch.Tensor):
-        return ("tensor", tuple(map(size_key, value.shape)), tuple(map(size_key, value.stride())), value.dtype,
-                value.device, value.requires_grad)
+        return ("tensor", signature(tuple(value.shape)), signature(value.stride()), value.dtype, value.device,
+                value.requires_grad)
     if isinstance(value, (list, tuple)):
         return tuple(signature(item) for item in value)
     if isinstance(value, (torch.SymInt, torch.SymFloat, torch.SymBool)):
         return ("symbol", value.node.expr)
     return value
-
-
-def size_key(size: int | torch.SymInt) -> Any:
-    return ("symbol", size.node.expr) if isinstance(size, torch.SymInt) else size
